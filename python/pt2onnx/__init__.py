@@ -1,0 +1,22 @@
+"""pt2onnx: a fast PyTorch-to-ONNX exporter with a C++ core.
+
+    import pt2onnx
+    result = pt2onnx.export(model, (x,), "model.onnx", dynamic_shapes={"x": {0: "batch"}})
+    print(result.timings)
+
+Capture uses torch.export; everything after capture runs in C++.
+"""
+
+from ._core import MAX_OPSET, MIN_OPSET, ConversionError, __version__, supported_targets
+from ._export import DEFAULT_OPSET, ExportResult, export
+
+__all__ = [
+    "export",
+    "ExportResult",
+    "ConversionError",
+    "supported_targets",
+    "DEFAULT_OPSET",
+    "MIN_OPSET",
+    "MAX_OPSET",
+    "__version__",
+]

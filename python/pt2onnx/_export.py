@@ -1,0 +1,293 @@
+"""export(): capture with torch.export, hand the serialized program and
+zero-copy weight views to the C++ core. No conversion logic lives here."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from . import _core
+
+DEFAULT_OPSET = 18
+
+
+@dataclass
+class ExportResult:
+    """What export() did: files written, sizes, and seconds per stage."""
+
+    path: str | None
+    data_paths: list[str]
+    opset: int
+    ir_version: int
+    nodes: int
+    initializers: int
+    weight_bytes: int
+    timings: dict[str, float] = field(default_factory=dict)
+    model_bytes: bytes | None = None  # set when f=None
+
+    def __str__(self) -> str:
+        stages = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in self.timings.items())
+        return (
+            f"pt2onnx export: {self.path or '<in memory>'} (opset {self.opset}, "
+            f"{self.nodes} nodes, {self.initializers} initializers, "
+            f"{self.weight_bytes / 1e6:.1f} MB of weights)\n  {stages}"
+        )
+
+
+def _dim_name(d: Any) -> str | None:
+    """The user's name for a dynamic dim spec (Dim('batch'), 'batch'), if any."""
+    if isinstance(d, str):
+        return d
+    root = getattr(d, "root", None)  # derived dims (2 * Dim("t")) name their root
+    if root is not None:
+        return getattr(root, "__name__", None)
+    name = getattr(d, "__name__", None)
+    if name and not name.startswith("_") and name not in ("DYNAMIC", "AUTO", "STATIC"):
+        return name
+    return None
+
+
+def _to_torch_spec(d: Any) -> Any:
+    # torch.onnx accepts strings as dim names; torch.export wants Dim objects.
+    return torch.export.Dim.DYNAMIC if isinstance(d, str) else d
+
+
+def _axes_spec(spec: Any) -> tuple[Any, dict[int, str]]:
+    """(torch.export form, {axis: name}) of one input's dynamic spec."""
+    names: dict[int, str] = {}
+    if isinstance(spec, Mapping):
+        out = {}
+        for axis, d in spec.items():
+            out[axis] = _to_torch_spec(d)
+            n = _dim_name(d)
+            if n:
+                names[int(axis)] = n
+        return out, names
+    if isinstance(spec, (list, tuple)):
+        out_l = []
+        for axis, d in enumerate(spec):
+            out_l.append(_to_torch_spec(d))
+            n = _dim_name(d) if d is not None else None
+            if n:
+                names[axis] = n
+        return type(spec)(out_l), names
+    return spec, names
+
+
+def _forward_params(model: torch.nn.Module) -> list[str]:
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+
+
+def _dynamic_shapes(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names):
+    """torch.export dynamic_shapes + dim_param names for inputs and outputs."""
+    params = _forward_params(model)
+    in_names: dict[str, dict[int, str]] = {}
+    out_names: dict[int, dict[int, str]] = {}
+    if dynamic_shapes is not None and dynamic_axes is not None:
+        raise ValueError("give dynamic_shapes or dynamic_axes, not both")
+    if dynamic_shapes is not None:
+        if isinstance(dynamic_shapes, Mapping):
+            ds = {}
+            for key, spec in dynamic_shapes.items():
+                ds[key], names = _axes_spec(spec)
+                if names:
+                    in_names[key] = names
+            return ds, in_names, out_names
+        ds_l = []
+        for i, spec in enumerate(dynamic_shapes):
+            s, names = _axes_spec(spec)
+            ds_l.append(s)
+            if names and i < len(params):
+                in_names[params[i]] = names
+        return type(dynamic_shapes)(ds_l), in_names, out_names
+    if dynamic_axes is None:
+        return None, in_names, out_names
+    # torch.onnx's dynamic_axes: keys are input / output names, values a list of
+    # axes or {axis: name}.
+    def axes_of(key, v):
+        if isinstance(v, Mapping):
+            return {int(a): str(n) for a, n in v.items()}
+        return {int(a): f"{key}_dynamic_axes_{k + 1}" for k, a in enumerate(v)}
+
+    user_in = list(input_names) if input_names else []
+    n_pos = len(args)
+    ds: dict[str, Any] = {}
+    known = set()
+    for i, p in enumerate(params):
+        if i >= n_pos and p not in (kwargs or {}):
+            continue
+        alias = user_in[i] if i < len(user_in) else p
+        key = alias if alias in dynamic_axes else (p if p in dynamic_axes else None)
+        if key is None:
+            ds[p] = None
+            continue
+        known.add(key)
+        axes = axes_of(key, dynamic_axes[key])
+        ds[p] = {a: torch.export.Dim.DYNAMIC for a in axes}
+        in_names[p] = axes
+    for j, o in enumerate(output_names or []):
+        if o in dynamic_axes:
+            known.add(o)
+            out_names[j] = axes_of(o, dynamic_axes[o])
+    unknown = set(dynamic_axes) - known
+    if unknown:
+        raise ValueError(f"dynamic_axes names no input or output: {sorted(unknown)}")
+    return ds, in_names, out_names
+
+
+def _weight_views(ep: torch.export.ExportedProgram):
+    """(fqn, address, dtype, sizes, strides, readable bytes) for every weight,
+    plus the tensors that must stay alive while the C++ core reads them."""
+    views, keep = [], []
+    seen = set()
+    for spec in ep.graph_signature.input_specs:
+        fqn = spec.target
+        if fqn is None or fqn in seen:
+            continue
+        seen.add(fqn)
+        if fqn in ep.state_dict:
+            t = ep.state_dict[fqn]
+        elif fqn in ep.constants:
+            t = ep.constants[fqn]
+        else:
+            continue
+        if not isinstance(t, torch.Tensor):
+            continue  # custom objects: the converter reports them
+        t = t.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()  # the only copy: weights living on an accelerator
+        if t.is_meta:
+            raise ValueError(f"weight '{fqn}' is on the meta device: it has no data to export")
+        storage = t.untyped_storage()
+        avail = storage.nbytes() - t.storage_offset() * t.element_size()
+        keep.append(t)
+        views.append(
+            (fqn, t.data_ptr(), str(t.dtype), list(t.shape), list(t.stride()), max(avail, 0))
+        )
+    return views, keep
+
+
+def _serialize(ep: torch.export.ExportedProgram) -> bytes:
+    """The JSON torch.export.save writes as models/model.json (weights are not
+    serialized: the C++ core reads them in place)."""
+    from torch._export.serde.serialize import serialize
+
+    art = serialize(
+        ep, serialize_state_dict=False, serialize_constants=False, serialize_example_inputs=False
+    )
+    return art.exported_program
+
+
+def export(
+    model: torch.nn.Module | torch.export.ExportedProgram,
+    args: Any = (),
+    f: str | os.PathLike | None = None,
+    *,
+    kwargs: dict[str, Any] | None = None,
+    dynamic_shapes: Any = None,
+    dynamic_axes: Mapping[str, Any] | None = None,
+    opset: int | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    external_data: bool | None = None,
+    optimize: bool = True,
+    strict: bool = False,
+) -> ExportResult:
+    """Exports `model` to ONNX at `f`.
+
+    Arguments follow torch.onnx.export: `dynamic_shapes` in torch.export's form
+    (Dim objects, Dim.DYNAMIC / Dim.AUTO, or strings naming the dim) or
+    `dynamic_axes` in torch.onnx's form ({"x": {0: "batch"}}); `input_names` /
+    `output_names` rename graph inputs / outputs in order. `external_data`:
+    None = automatic (weights go to `<f>.data` above ~1.8 GB), True = always,
+    False = never. Returns an ExportResult with per-stage timings.
+    Raises pt2onnx.ConversionError (with the C++ message) when conversion
+    fails; no file is left behind then.
+    """
+    t0 = time.perf_counter()
+    opset = DEFAULT_OPSET if opset is None else int(opset)
+    if not (_core.MIN_OPSET <= opset <= _core.MAX_OPSET):
+        raise ValueError(f"opset must be in {_core.MIN_OPSET}..{_core.MAX_OPSET}, got {opset}")
+    if not isinstance(args, tuple):
+        args = (args,) if not isinstance(args, list) else tuple(args)
+    in_dim_names: dict[str, dict[int, str]] = {}
+    out_dim_names: dict[int, dict[int, str]] = {}
+    if isinstance(model, torch.export.ExportedProgram):
+        if dynamic_shapes is not None or dynamic_axes is not None:
+            raise ValueError("dynamic shapes are fixed at capture; pass them to torch.export")
+        ep = model
+    else:
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be an nn.Module or ExportedProgram, not {type(model)}")
+        ds, in_dim_names, out_dim_names = _dynamic_shapes(
+            model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names
+        )
+        ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
+    t1 = time.perf_counter()
+    program_json = _serialize(ep)
+    weights, keep_alive = _weight_views(ep)
+    t2 = time.perf_counter()
+
+    if external_data is None:
+        ext = "auto"
+    else:
+        ext = "always" if external_data else "never"
+    tmpdir = None
+    if f is None:
+        if external_data:
+            raise ValueError("external_data needs a file path f")
+        ext = "never"
+        tmpdir = tempfile.TemporaryDirectory(prefix="pt2onnx-")
+        path = os.path.join(tmpdir.name, "model.onnx")
+    else:
+        path = os.fspath(f)
+    try:
+        r = _core.convert(
+            program_json,
+            weights,
+            path,
+            opset,
+            optimize,
+            ext,
+            list(input_names or []),
+            list(output_names or []),
+            in_dim_names,
+            out_dim_names,
+        )
+        model_bytes = None
+        if tmpdir is not None:
+            with open(path, "rb") as fh:
+                model_bytes = fh.read()
+    finally:
+        del keep_alive
+        if tmpdir is not None:
+            tmpdir.cleanup()
+    t3 = time.perf_counter()
+    timings = {"capture": t1 - t0, "serialize": t2 - t1}
+    timings.update(dict(r["timings"]))
+    timings["total"] = t3 - t0
+    return ExportResult(
+        path=None if f is None else path,
+        data_paths=list(r["data_paths"]),
+        opset=r["opset"],
+        ir_version=r["ir_version"],
+        nodes=r["nodes"],
+        initializers=r["initializers"],
+        weight_bytes=r["weight_bytes"],
+        timings=timings,
+        model_bytes=model_bytes,
+    )

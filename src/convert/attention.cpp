@@ -1,0 +1,87 @@
+// scaled_dot_product_attention, decomposed into MatMul / Softmax / MatMul with
+// the boolean or additive mask, is_causal (top-left aligned, as torch), a
+// custom scale and grouped-query attention (enable_gqa).
+#include <cmath>
+
+#include "convert/context.h"
+#include "convert/registry.h"
+
+namespace pt2onnx {
+
+namespace {
+
+// Repeats the head axis (-3) of k/v from kv heads to q heads (GQA).
+std::string repeat_heads(Ctx& c, const std::string& v, int64_t rep) {
+  const Shape& s = *c.type(v).shape;
+  size_t r = s.size();
+  // [.., Hkv, S, D] -> [.., Hkv, 1, S, D] -> expand [.., Hkv, rep, S, D] -> [.., Hkv*rep, S, D]
+  std::string u = c.unsqueeze(v, {static_cast<int64_t>(r) - 2});
+  std::vector<int64_t> ones(r + 1, 1);
+  ones[r - 2] = rep;
+  std::string e = c.b.op("Expand", {u, c.b.const_i64(ones)});
+  std::vector<int64_t> target(r, 0);
+  target[r - 3] = -1;
+  return c.b.op("Reshape", {e, c.b.const_i64(target)});
+}
+
+void sdpa(Ctx& c) {
+  std::string q = c.tensor("query"), k = c.tensor("key"), v = c.tensor("value");
+  DType t = c.dtype(q);
+  const Shape& qs = *c.type(q).shape;
+  const Shape& ks = *c.type(k).shape;
+  size_t r = qs.size();
+  if (c.f("dropout_p", 0.0) != 0.0)
+    c.fail("scaled_dot_product_attention with dropout_p != 0 is training-only");
+  const Dim& e = qs[r - 1];
+  double scale;
+  if (c.has("scale")) {
+    scale = c.f("scale", 1.0);
+  } else {
+    if (!e.is_static()) c.fail("attention head size must be static to compute the default scale");
+    scale = 1.0 / std::sqrt(static_cast<double>(e.value));
+  }
+  if (c.flag("enable_gqa", false) && r >= 3) {
+    const Dim& hq = qs[r - 3];
+    const Dim& hk = ks[r - 3];
+    if (!hq.is_static() || !hk.is_static()) c.fail("GQA needs static head counts");
+    if (hq.value != hk.value) {
+      k = repeat_heads(c, k, hq.value / hk.value);
+      v = repeat_heads(c, v, hq.value / hk.value);
+    }
+  }
+  std::vector<int64_t> perm;
+  for (size_t i = 0; i < c.rank(k); ++i) perm.push_back(static_cast<int64_t>(i));
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  std::string kt = c.transpose(k, perm);
+  std::string scores = c.b.op("MatMul", {q, kt});
+  scores = c.b.op("Mul", {scores, c.b.scalar(t, scale)});
+
+  if (auto mask = c.opt_tensor("attn_mask")) {
+    if (c.dtype(*mask) == DType::Bool) {
+      std::string neg = c.b.scalar(t, -INFINITY);
+      scores = c.b.op("Where", {*mask, scores, neg});
+    } else {
+      scores = c.b.op("Add", {scores, c.cast(*mask, t)});
+    }
+  }
+  if (c.flag("is_causal", false)) {
+    // mask[i, j] = j <= i over (L, S): Range over both lengths.
+    std::string l = c.squeeze(c.dim_value(q, -2), {0});
+    std::string s = c.squeeze(c.dim_value(k, -2), {0});
+    std::string zero = c.b.scalar_i64(0), one = c.b.scalar_i64(1);
+    std::string rows = c.unsqueeze(c.b.op("Range", {zero, l, one}), {1});
+    std::string cols = c.unsqueeze(c.b.op("Range", {zero, s, one}), {0});
+    std::string causal = c.b.op("LessOrEqual", {cols, rows});
+    scores = c.b.op("Where", {causal, scores, c.b.scalar(t, -INFINITY)});
+  }
+  std::string p = c.b.op("Softmax", {scores}, {Attr::Int("axis", -1)});
+  c.set_output(0, c.b.op("MatMul", {p, v}, {}, c.out_type()));
+}
+
+}  // namespace
+
+void register_attention(Registry& r) {
+  r.add("torch.ops.aten.scaled_dot_product_attention.default", sdpa);
+}
+
+}  // namespace pt2onnx

@@ -1,0 +1,327 @@
+#include "convert/context.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "pt2onnx/error.h"
+
+namespace pt2onnx {
+
+using schema::ArgKind;
+using schema::Argument;
+
+void Ctx::fail(const std::string& why) const { throw Error(why); }
+
+const Argument* Ctx::arg(std::string_view name) const { return node.input(name); }
+
+bool Ctx::has(std::string_view name) const {
+  const Argument* a = arg(name);
+  return a && a->kind != ArgKind::None;
+}
+
+std::string Ctx::tensor(std::string_view name) const {
+  const Argument* a = arg(name);
+  if (!a) fail("missing tensor argument '" + std::string(name) + "'");
+  if (a->kind != ArgKind::Tensor)
+    fail("argument '" + std::string(name) + "' is " + a->variant + ", expected a tensor");
+  auto it = env.values.find(a->name);
+  if (it == env.values.end()) fail("argument '" + std::string(name) + "' uses undefined value '" +
+                                   a->name + "'");
+  return it->second;
+}
+
+std::optional<std::string> Ctx::opt_tensor(std::string_view name) const {
+  if (!has(name)) return std::nullopt;
+  return tensor(name);
+}
+
+std::vector<std::string> Ctx::tensors(std::string_view name) const {
+  const Argument* a = arg(name);
+  if (!a || (a->kind != ArgKind::Tensors && a->kind != ArgKind::OptionalTensors))
+    fail("argument '" + std::string(name) + "' is not a list of tensors");
+  std::vector<std::string> r;
+  for (auto& n : a->names) {
+    if (n.empty()) {
+      r.emplace_back();
+      continue;
+    }
+    auto it = env.values.find(n);
+    if (it == env.values.end()) fail("argument '" + std::string(name) + "' uses undefined '" + n + "'");
+    r.push_back(it->second);
+  }
+  return r;
+}
+
+int64_t Ctx::i(std::string_view name) const {
+  const Argument* a = arg(name);
+  if (!a || a->kind == ArgKind::None) fail("missing integer argument '" + std::string(name) + "'");
+  return i(name, 0);
+}
+
+int64_t Ctx::i(std::string_view name, int64_t def) const {
+  const Argument* a = arg(name);
+  if (!a || a->kind == ArgKind::None) return def;
+  if (a->kind == ArgKind::Int) return a->i;
+  if (a->kind == ArgKind::Bool) return a->b;
+  if (a->kind == ArgKind::SymInt) {
+    if (auto c = symint_const(a->symints[0])) return *c;
+    fail("argument '" + std::string(name) + "' is a symbolic int; a constant is needed here");
+  }
+  fail("argument '" + std::string(name) + "' is " + a->variant + ", expected an int");
+}
+
+double Ctx::f(std::string_view name, double def) const {
+  const Argument* a = arg(name);
+  if (!a || a->kind == ArgKind::None) return def;
+  if (a->kind == ArgKind::Float) return a->f;
+  if (a->kind == ArgKind::Int) return static_cast<double>(a->i);
+  if (a->kind == ArgKind::Bool) return a->b;
+  fail("argument '" + std::string(name) + "' is " + a->variant + ", expected a float");
+}
+
+bool Ctx::flag(std::string_view name, bool def) const {
+  const Argument* a = arg(name);
+  if (!a || a->kind == ArgKind::None) return def;
+  if (a->kind == ArgKind::Bool) return a->b;
+  if (a->kind == ArgKind::Int) return a->i != 0;
+  fail("argument '" + std::string(name) + "' is " + a->variant + ", expected a bool");
+}
+
+std::vector<int64_t> Ctx::ints(std::string_view name, std::vector<int64_t> def) const {
+  const Argument* a = arg(name);
+  if (!a || a->kind == ArgKind::None) return def;
+  if (a->kind == ArgKind::Ints) return a->ints;
+  if (a->kind == ArgKind::Int) return {a->i};
+  if (a->kind == ArgKind::SymInts || a->kind == ArgKind::SymInt) {
+    std::vector<int64_t> r;
+    for (auto& s : a->symints) {
+      auto c = symint_const(s);
+      if (!c) fail("argument '" + std::string(name) + "' has a symbolic element; constants needed");
+      r.push_back(*c);
+    }
+    return r;
+  }
+  fail("argument '" + std::string(name) + "' is " + a->variant + ", expected a list of ints");
+}
+
+std::optional<std::string> Ctx::str(std::string_view name) const {
+  const Argument* a = arg(name);
+  if (!a || a->kind == ArgKind::None) return std::nullopt;
+  if (a->kind != ArgKind::String) fail("argument '" + std::string(name) + "' is not a string");
+  return a->s;
+}
+
+std::optional<DType> Ctx::scalar_type(std::string_view name) const {
+  const Argument* a = arg(name);
+  if (!a || a->kind == ArgKind::None) return std::nullopt;
+  if (a->kind != ArgKind::ScalarType) fail("argument '" + std::string(name) + "' is not a dtype");
+  DType t = dtype_from_schema(a->i);
+  if (t == DType::Undefined) fail("unsupported dtype code " + std::to_string(a->i));
+  return t;
+}
+
+std::optional<double> Ctx::scalar_value(std::string_view name) const {
+  const Argument* a = arg(name);
+  if (!a) return std::nullopt;
+  switch (a->kind) {
+    case ArgKind::Float: return a->f;
+    case ArgKind::Int: return static_cast<double>(a->i);
+    case ArgKind::Bool: return a->b ? 1.0 : 0.0;
+    case ArgKind::SymInt: {
+      auto c = symint_const(a->symints[0]);
+      if (c) return static_cast<double>(*c);
+      return std::nullopt;
+    }
+    default: return std::nullopt;
+  }
+}
+
+std::pair<DType, int> Ctx::operand_class(std::string_view name) const {
+  const Argument* a = arg(name);
+  if (!a) fail("missing argument '" + std::string(name) + "'");
+  switch (a->kind) {
+    case ArgKind::Tensor: {
+      auto it = prog.graph.tensor_values.find(a->name);
+      if (it == prog.graph.tensor_values.end()) fail("no metadata for tensor '" + a->name + "'");
+      return {it->second.dtype, it->second.sizes.empty() ? 1 : 2};
+    }
+    case ArgKind::Float:
+    case ArgKind::SymFloat: return {DType::Double, 0};
+    case ArgKind::Int:
+    case ArgKind::SymInt: return {DType::Int64, 0};
+    case ArgKind::Bool:
+    case ArgKind::SymBool: return {DType::Bool, 0};
+    default: fail("argument '" + std::string(name) + "' is " + a->variant + ", expected a number");
+  }
+}
+
+std::string Ctx::operand(std::string_view name, DType t) {
+  const Argument* a = arg(name);
+  if (!a) fail("missing argument '" + std::string(name) + "'");
+  if (a->kind == ArgKind::Tensor) return cast(tensor(name), t);
+  if (auto v = scalar_value(name)) return b.scalar(t, *v);
+  if (a->kind == ArgKind::SymInt) {
+    std::string v = squeeze(symint_value(a->symints[0]), {0});
+    return cast(v, t);
+  }
+  if ((a->kind == ArgKind::SymFloat || a->kind == ArgKind::SymBool) && !a->name.empty()) {
+    auto it = env.values.find(a->name);
+    if (it == env.values.end()) fail("undefined symbolic value '" + a->name + "'");
+    return cast(squeeze(it->second, {0}), t);
+  }
+  fail("argument '" + std::string(name) + "' is " + a->variant + ", expected a number or tensor");
+}
+
+std::vector<schema::SymIntArg> Ctx::symints(std::string_view name) const {
+  const Argument* a = arg(name);
+  if (!a) fail("missing argument '" + std::string(name) + "'");
+  if (a->kind == ArgKind::SymInts || a->kind == ArgKind::SymInt) return a->symints;
+  std::vector<schema::SymIntArg> r;
+  if (a->kind == ArgKind::Ints)
+    for (auto v : a->ints) r.push_back(schema::SymIntArg{v, {}});
+  else if (a->kind == ArgKind::Int)
+    r.push_back(schema::SymIntArg{a->i, {}});
+  else
+    fail("argument '" + std::string(name) + "' is " + a->variant + ", expected int sizes");
+  return r;
+}
+
+std::optional<int64_t> Ctx::symint_const(const schema::SymIntArg& a) const {
+  if (a.value) return a.value;
+  auto it = prog.graph.sym_int_values.find(a.name);
+  if (it != prog.graph.sym_int_values.end()) {
+    if (it->second.value) return it->second.value;
+    if (it->second.expr && it->second.expr->is_integer()) return it->second.expr->eval({});
+  }
+  return std::nullopt;
+}
+
+std::string Ctx::symint_value(const schema::SymIntArg& a) {
+  if (auto c = symint_const(a)) return b.const_i64({*c});
+  auto it = env.values.find(a.name);
+  if (it == env.values.end()) fail("undefined symbolic int '" + a.name + "'");
+  return it->second;
+}
+
+std::string Ctx::shape_tensor(const std::vector<schema::SymIntArg>& dims) {
+  // Runs of constants become one constant; symbolic pieces are concatenated.
+  std::vector<std::string> parts;
+  std::vector<int64_t> run;
+  bool all_const = true;
+  for (auto& d : dims) {
+    if (auto c = symint_const(d)) {
+      run.push_back(*c);
+      continue;
+    }
+    all_const = false;
+    if (!run.empty()) parts.push_back(b.const_i64(run)), run.clear();
+    parts.push_back(symint_value(d));
+  }
+  if (all_const) return b.const_i64(run);
+  if (!run.empty()) parts.push_back(b.const_i64(run));
+  if (parts.size() == 1) return parts[0];
+  return b.op("Concat", parts, {Attr::Int("axis", 0)});
+}
+
+const std::vector<std::string>& Ctx::out_names_() const {
+  if (!out_names_cache_) {
+    std::vector<std::string> r;
+    for (auto& o : node.outputs) {
+      if (o.kind == ArgKind::Tensors || o.kind == ArgKind::OptionalTensors) {
+        r.insert(r.end(), o.names.begin(), o.names.end());
+      } else if (o.kind == ArgKind::SymInt) {
+        r.push_back(o.symints[0].name);
+      } else {
+        r.push_back(o.name);
+      }
+    }
+    out_names_cache_ = std::move(r);
+  }
+  return *out_names_cache_;
+}
+
+const schema::TensorMeta& Ctx::out_meta(size_t i) const {
+  const std::string& n = out_name(i);
+  auto it = prog.graph.tensor_values.find(n);
+  if (it == prog.graph.tensor_values.end()) fail("no tensor metadata for output '" + n + "'");
+  return it->second;
+}
+
+Dim Ctx::meta_dim(const schema::SymSize& s) const {
+  if (s.value) return Dim::of(*s.value);
+  if (s.expr->is_integer()) return Dim::of(*s.expr->eval({}));
+  return Dim::symbol(s.expr->render(env.symbol_names));
+}
+
+ValueType Ctx::meta_type(const schema::TensorMeta& m) const {
+  ValueType t;
+  t.dtype = m.dtype;
+  Shape s;
+  for (auto& d : m.sizes) s.push_back(meta_dim(d));
+  t.shape = std::move(s);
+  return t;
+}
+
+ValueType Ctx::out_type(size_t i) const { return meta_type(out_meta(i)); }
+
+void Ctx::set_output(size_t i, const std::string& value) {
+  const std::string& fx = out_name(i);
+  // Give the ONNX value the FX name when this conversion created it.
+  auto meta = prog.graph.tensor_values.find(fx);
+  if (meta != prog.graph.tensor_values.end() && b.has_type(value) &&
+      dtype(value) != meta->second.dtype)
+    fail("internal: converter produced " + std::string(dtype_name(dtype(value))) + " for output '" +
+         fx + "' where torch records " + std::string(dtype_name(meta->second.dtype)));
+  if (value != fx && !b.is_used(fx) && b.rename_output(value, fx, first_node)) {
+    env.values[fx] = fx;
+    if (meta != prog.graph.tensor_values.end()) b.set_type(fx, meta_type(meta->second));
+    return;
+  }
+  env.values[fx] = value;
+}
+
+std::string Ctx::cast(const std::string& v, DType t) {
+  if (dtype(v) == t) return v;
+  return b.op("Cast", {v}, {Attr::Int("to", static_cast<int64_t>(t))});
+}
+
+std::string Ctx::dim_value(const std::string& v, int64_t axis) {
+  const ValueType& t = type(v);
+  if (!t.shape) fail("internal: rank unknown for '" + v + "'");
+  axis = norm_axis(axis, t.shape->size());
+  const Dim& d = (*t.shape)[static_cast<size_t>(axis)];
+  if (d.is_static()) return b.const_i64({d.value});
+  return b.op("Shape", {v}, {Attr::Int("start", axis), Attr::Int("end", axis + 1)});
+}
+
+std::string Ctx::unsqueeze(const std::string& v, const std::vector<int64_t>& axes) {
+  return b.op("Unsqueeze", {v, b.const_i64(axes)});
+}
+
+std::string Ctx::squeeze(const std::string& v, const std::vector<int64_t>& axes) {
+  return b.op("Squeeze", {v, b.const_i64(axes)});
+}
+
+std::string Ctx::transpose(const std::string& v, const std::vector<int64_t>& perm) {
+  bool identity = true;
+  for (size_t k = 0; k < perm.size(); ++k) identity &= perm[k] == static_cast<int64_t>(k);
+  if (identity) return v;
+  return b.op("Transpose", {v}, {Attr::Ints("perm", perm)});
+}
+
+std::string Ctx::reshape(const std::string& v, const std::string& shape) {
+  return b.op("Reshape", {v, shape});
+}
+
+std::string Ctx::reduce(const std::string& op, const std::string& v,
+                        const std::vector<int64_t>& axes, bool keepdims) {
+  // Axes became an input: ReduceSum at opset 13, the other Reduce ops at 18.
+  bool axes_input = op == "ReduceSum" ? opset() >= 13 : opset() >= 18;
+  std::vector<Attr> attrs{Attr::Int("keepdims", keepdims ? 1 : 0)};
+  if (axes.empty()) return b.op(op, {v}, attrs);
+  if (axes_input) return b.op(op, {v, b.const_i64(axes)}, attrs);
+  attrs.push_back(Attr::Ints("axes", axes));
+  return b.op(op, {v}, attrs);
+}
+
+}  // namespace pt2onnx

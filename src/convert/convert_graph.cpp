@@ -1,0 +1,299 @@
+#include "convert/convert_graph.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "convert/context.h"
+#include "convert/registry.h"
+
+namespace pt2onnx {
+
+namespace {
+
+using schema::ArgKind;
+using schema::InputSpec;
+using schema::OutputSpec;
+
+// Every unsupported target, counted, with its first source location.
+void check_supported(const schema::Program& prog, int opset) {
+  struct Missing {
+    int count = 0;
+    std::string where;
+    int needs_opset = 0;
+  };
+  std::map<std::string, Missing> missing;
+  const Registry& reg = registry();
+  for (auto& n : prog.graph.nodes) {
+    if (is_ignored_target(n.target) || reg.find(n.target, opset)) continue;
+    Missing& m = missing[n.target];
+    if (m.count++ == 0) {
+      m.where = n.source_line();
+      std::string mp = n.module_path();
+      if (!mp.empty()) m.where = "module '" + mp + "'" + (m.where.empty() ? "" : ", " + m.where);
+      if (m.where.empty()) m.where = "node '" + n.name + "'";
+      m.needs_opset = reg.min_opset(n.target);
+    }
+  }
+  if (missing.empty()) return;
+  std::ostringstream os;
+  os << missing.size() << " operator" << (missing.size() > 1 ? "s are" : " is")
+     << " not supported at opset " << opset << ":";
+  for (auto& [t, m] : missing) {
+    os << "\n  " << t << " (" << m.count << " node" << (m.count > 1 ? "s" : "")
+       << "), first at " << m.where;
+    if (m.needs_opset > opset) os << " [converts from opset " << m.needs_opset << "]";
+  }
+  os << "\nNo file was written. Rewrite these ops in the model, or ask for them in an issue.";
+  throw Error(os.str());
+}
+
+std::string describe_node(const schema::Node& n, const GraphBuilder& b, const Env& env) {
+  std::ostringstream os;
+  os << "cannot convert node '" << n.name << "' (" << n.target << ")";
+  std::string mp = n.module_path();
+  if (!mp.empty()) os << " in module '" << mp << "'";
+  std::string src = n.source_line();
+  if (!src.empty()) os << "\n  at " << src;
+  for (auto& in : n.inputs) {
+    if (in.arg.kind != ArgKind::Tensor) continue;
+    auto it = env.values.find(in.arg.name);
+    if (it == env.values.end() || !b.has_type(it->second)) continue;
+    const ValueType& t = b.type(it->second);
+    os << "\n  input " << in.name << " = '" << it->second << "': " << dtype_name(t.dtype);
+    if (t.shape) {
+      os << "[";
+      for (size_t i = 0; i < t.shape->size(); ++i) {
+        const Dim& d = (*t.shape)[i];
+        os << (i ? ", " : "") << (d.is_static() ? std::to_string(d.value) : d.sym.empty() ? "?" : d.sym);
+      }
+      os << "]";
+    }
+  }
+  os << "\n  (" << b.graph().nodes.size() << " ONNX nodes emitted so far)";
+  return os.str();
+}
+
+void check_weight(const std::string& fqn, const WeightView& w, const schema::TensorMeta& m,
+                  const Ctx& ctx) {
+  DType t = dtype_from_torch_name(w.dtype);
+  auto bad = [&](const std::string& why) {
+    throw Error("weight '" + fqn + "': " + why);
+  };
+  if (t != m.dtype)
+    bad("dtype is " + w.dtype + " but the program records " + std::string(dtype_name(m.dtype)));
+  if (w.sizes.size() != m.sizes.size()) bad("rank differs from the program's metadata");
+  int64_t numel = 1;
+  for (size_t i = 0; i < w.sizes.size(); ++i) {
+    Dim d = ctx.meta_dim(m.sizes[i]);
+    if (!d.is_static() || d.value != w.sizes[i])
+      bad("size " + std::to_string(w.sizes[i]) + " at dim " + std::to_string(i) +
+          " differs from the program's metadata");
+    numel *= w.sizes[i];
+  }
+  // The furthest element any stride reaches must be readable.
+  uint64_t span = 0;
+  if (numel > 0) {
+    if (w.strides.empty()) {
+      span = static_cast<uint64_t>(numel);
+    } else {
+      if (w.strides.size() != w.sizes.size()) bad("strides do not match sizes");
+      int64_t last = 0;
+      for (size_t i = 0; i < w.sizes.size(); ++i) {
+        if (w.strides[i] < 0) bad("negative stride");
+        last += (w.sizes[i] - 1) * w.strides[i];
+      }
+      span = static_cast<uint64_t>(last) + 1;
+    }
+  }
+  uint64_t need = span * dtype_size(t);
+  if (need > w.available_bytes)
+    bad("needs " + std::to_string(need) + " bytes but only " + std::to_string(w.available_bytes) +
+        " are available (weight data shorter than its metadata)");
+  if (numel > 0 && !w.data) bad("no data");
+}
+
+}  // namespace
+
+bool is_ignored_target(const std::string& target) {
+  static const std::set<std::string> ignored{
+      "torch.ops.aten._assert_scalar.default",
+      "torch.ops.aten._assert_tensor_metadata.default",
+      "torch.ops.aten.sym_constrain_range_for_size.default",
+      "torch.ops.aten.sym_constrain_range.default",
+      "torch.ops.aten._assert_async.msg",
+  };
+  return ignored.count(target) > 0;
+}
+
+Graph convert_graph(const schema::Program& prog, const Weights& weights, const Options& opt) {
+  check_supported(prog, opt.opset);
+  GraphBuilder b(opt.opset);
+  Env env;
+  schema::Node no_node;
+  Ctx top(b, prog, no_node, env);
+
+  // dim_param names: a named axis maps its (single) free symbol to the name.
+  for (auto& spec : prog.input_specs) {
+    if (spec.kind != InputSpec::Kind::UserInput) continue;
+    auto names = opt.input_dim_names.find(spec.arg_name);
+    auto meta = prog.graph.tensor_values.find(spec.arg_name);
+    if (names == opt.input_dim_names.end() || meta == prog.graph.tensor_values.end()) continue;
+    for (auto& [axis, name] : names->second) {
+      if (axis < 0 || axis >= static_cast<int64_t>(meta->second.sizes.size())) continue;
+      const auto& s = meta->second.sizes[static_cast<size_t>(axis)];
+      if (!s.expr) continue;
+      std::set<std::string> syms;
+      std::vector<const schema::SymExpr*> stack{s.expr.get()};
+      while (!stack.empty()) {
+        const schema::SymExpr* e = stack.back();
+        stack.pop_back();
+        if (e->is_symbol()) syms.insert(e->text);
+        for (auto& a : e->args) stack.push_back(a.get());
+      }
+      if (syms.size() == 1) env.symbol_names.emplace(*syms.begin(), name);
+    }
+  }
+
+  for (auto& n : prog.graph.nodes)
+    for (auto& o : n.outputs) {
+      if (!o.name.empty()) b.reserve_name(o.name);
+      for (auto& x : o.names) b.reserve_name(x);
+      for (auto& s : o.symints) b.reserve_name(s.name);
+    }
+
+  // ---- inputs: weights become initializers, user inputs graph inputs
+  size_t user_index = 0;
+  for (auto& spec : prog.input_specs) {
+    switch (spec.kind) {
+      case InputSpec::Kind::Parameter:
+      case InputSpec::Kind::Buffer:
+      case InputSpec::Kind::TensorConstant: {
+        auto meta = prog.graph.tensor_values.find(spec.arg_name);
+        if (meta == prog.graph.tensor_values.end())
+          throw Error("program has no metadata for placeholder '" + spec.arg_name + "'");
+        auto w = weights.find(spec.target);
+        if (w == weights.end())
+          throw Error("weight '" + spec.target + "' (placeholder '" + spec.arg_name +
+                      "') is missing from the weights given to the converter");
+        check_weight(spec.target, w->second, meta->second, top);
+        TensorData d;
+        d.dtype = meta->second.dtype;
+        d.dims = w->second.sizes;
+        d.strides = w->second.strides;
+        d.data = static_cast<const uint8_t*>(w->second.data);
+        env.values[spec.arg_name] = b.initializer(spec.target, std::move(d));
+        break;
+      }
+      case InputSpec::Kind::UserInput: {
+        if (spec.arg.kind != ArgKind::Tensor)
+          throw Error("user input " + std::to_string(user_index) + " is " + spec.arg.variant +
+                      "; only tensor inputs are supported");
+        auto meta = prog.graph.tensor_values.find(spec.arg_name);
+        if (meta == prog.graph.tensor_values.end())
+          throw Error("program has no metadata for input '" + spec.arg_name + "'");
+        std::string name = user_index < opt.input_names.size() ? opt.input_names[user_index]
+                                                              : spec.arg_name;
+        if (b.name_taken(name) && name != spec.arg_name)
+          throw Error("input name '" + name + "' clashes with another value of the graph");
+        b.add_input(name, top.meta_type(meta->second));
+        env.values[spec.arg_name] = name;
+        ++user_index;
+        break;
+      }
+      case InputSpec::Kind::ConstantInput:
+        break;  // inlined by torch.export into the nodes that use it
+      case InputSpec::Kind::CustomObj:
+      case InputSpec::Kind::Token:
+        throw Error("input '" + spec.arg_name +
+                    "' is a custom object / effect token, which ONNX cannot represent");
+    }
+  }
+  if (user_index < opt.input_names.size())
+    throw Error("input_names has " + std::to_string(opt.input_names.size()) +
+                " names but the model has " + std::to_string(user_index) + " tensor inputs");
+
+  // ---- nodes
+  const Registry& reg = registry();
+  for (auto& n : prog.graph.nodes) {
+    if (is_ignored_target(n.target)) continue;
+    b.set_origin(n.name, n.target, n.module_path());
+    Ctx ctx(b, prog, n, env);
+    try {
+      reg.find(n.target, opt.opset)(ctx);
+      for (size_t i = 0; i < ctx.n_outputs(); ++i) {
+        const std::string& o = ctx.out_name(i);
+        if (!env.values.count(o) && o.find("_unused_") == std::string::npos &&
+            prog.graph.tensor_values.count(o))
+          throw Error("internal: converter did not produce output " + std::to_string(i));
+      }
+    } catch (const Error& e) {
+      throw Error(describe_node(n, b, env) + "\n  cause: " + e.what());
+    }
+  }
+  b.set_origin("", "", "");
+
+  // ---- outputs
+  std::set<std::string> output_set;
+  size_t out_index = 0;
+  std::set<std::string> graph_inputs;
+  for (auto& gi : b.graph().inputs) graph_inputs.insert(gi.name);
+  for (auto& spec : prog.output_specs) {
+    if (spec.kind != OutputSpec::Kind::UserOutput) continue;  // buffer mutations etc. dropped
+    const auto& a = spec.arg;
+    if (a.kind != ArgKind::Tensor)
+      throw Error("output " + std::to_string(out_index) + " is " + a.variant +
+                  "; ONNX outputs must be tensors (return tensors from forward)");
+    auto it = env.values.find(a.name);
+    if (it == env.values.end()) throw Error("output '" + a.name + "' was never produced");
+    std::string value = it->second;
+    std::string name = out_index < opt.output_names.size() ? opt.output_names[out_index] : a.name;
+    ValueType t = top.meta_type(prog.graph.tensor_values.at(a.name));
+    auto dn = opt.output_dim_names.find(static_cast<int64_t>(out_index));
+    if (dn != opt.output_dim_names.end() && t.shape)
+      for (auto& [axis, dname] : dn->second)
+        if (axis >= 0 && axis < static_cast<int64_t>(t.shape->size()) &&
+            !(*t.shape)[static_cast<size_t>(axis)].is_static())
+          (*t.shape)[static_cast<size_t>(axis)] = Dim::symbol(dname);
+    if (value != name) {
+      bool movable = !b.is_initializer(value) && !graph_inputs.count(value) &&
+                     !output_set.count(value) && !b.is_used(name);
+      if (movable) {
+        b.rename_everywhere(value, name);
+        for (auto& [k, v] : env.values)
+          if (v == value) v = name;
+      } else {
+        if (b.is_used(name) && name != value)
+          throw Error("output name '" + name + "' clashes with another value of the graph");
+        b.claim_name(name);
+        b.add_node("Identity", {value}, 0);
+        b.graph().nodes.back().outputs.push_back(name);
+        b.set_type(name, t);
+      }
+    } else if (output_set.count(name) || graph_inputs.count(name)) {
+      // The same value returned twice, or an input returned as is: give it its own name.
+      std::string alias = b.fresh_name(name + "_out");
+      b.add_node("Identity", {value}, 0);
+      b.graph().nodes.back().outputs.push_back(alias);
+      b.set_type(alias, t);
+      name = alias;
+    }
+    b.set_type(name, t);
+    b.add_output(name, t);
+    output_set.insert(name);
+    ++out_index;
+  }
+  if (out_index < opt.output_names.size())
+    throw Error("output_names has " + std::to_string(opt.output_names.size()) +
+                " names but the model has " + std::to_string(out_index) + " outputs");
+  return b.take();
+}
+
+std::vector<std::string> supported_targets(int opset) {
+  std::vector<std::string> r;
+  for (auto& t : registry().targets())
+    if (registry().find(t, opset)) r.push_back(t);
+  return r;
+}
+
+}  // namespace pt2onnx

@@ -1,0 +1,15 @@
+// Drives conversion of a whole program: inputs and weights, every node
+// through its registered converter, then the outputs.
+#pragma once
+#include "ir/graph.h"
+#include "pt2onnx/pt2onnx.h"
+#include "schema/program.h"
+
+namespace pt2onnx {
+
+Graph convert_graph(const schema::Program& prog, const Weights& weights, const Options& opt);
+
+// Targets that convert to nothing (runtime asserts, metadata checks).
+bool is_ignored_target(const std::string& target);
+
+}  // namespace pt2onnx

@@ -1,0 +1,55 @@
+#include "convert/registry.h"
+
+#include <algorithm>
+
+namespace pt2onnx {
+
+void Registry::add(const std::string& target, ConvertFn fn, int min_opset, int max_opset) {
+  table_[target].push_back(Converter{fn, min_opset, max_opset});
+}
+
+ConvertFn Registry::find(const std::string& target, int opset) const {
+  auto it = table_.find(target);
+  if (it == table_.end()) return nullptr;
+  for (auto& c : it->second)
+    if (opset >= c.min_opset && opset <= c.max_opset) return c.fn;
+  return nullptr;
+}
+
+int Registry::min_opset(const std::string& target) const {
+  auto it = table_.find(target);
+  if (it == table_.end()) return 0;
+  int m = INT_MAX;
+  for (auto& c : it->second) m = std::min(m, c.min_opset);
+  return m;
+}
+
+std::vector<std::string> Registry::targets() const {
+  std::vector<std::string> r;
+  for (auto& [k, v] : table_) r.push_back(k);
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+const Registry& registry() {
+  static const Registry r = [] {
+    Registry x;
+    register_activation(x);
+    register_attention(x);
+    register_conv(x);
+    register_creation(x);
+    register_elementwise(x);
+    register_indexing(x);
+    register_matmul(x);
+    register_misc(x);
+    register_norm(x);
+    register_pool(x);
+    register_reduce(x);
+    register_shape(x);
+    register_symint(x);
+    return x;
+  }();
+  return r;
+}
+
+}  // namespace pt2onnx

@@ -1,0 +1,53 @@
+// The converter registry: aten target string -> plain C++ function, with an
+// opset range per entry so one target can have several per-opset forms.
+#pragma once
+#include <climits>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pt2onnx {
+
+class Ctx;
+using ConvertFn = void (*)(Ctx&);
+
+struct Converter {
+  ConvertFn fn = nullptr;
+  int min_opset = 1;
+  int max_opset = INT_MAX;
+};
+
+class Registry {
+ public:
+  void add(const std::string& target, ConvertFn fn, int min_opset = 1, int max_opset = INT_MAX);
+  // The converter for `target` at `opset`, or nullptr.
+  ConvertFn find(const std::string& target, int opset) const;
+  // True when some opset has a converter (to tell "needs another opset" apart).
+  bool knows(const std::string& target) const { return table_.count(target) > 0; }
+  std::vector<std::string> targets() const;
+  // Lowest opset for which `target` converts (0 if unknown).
+  int min_opset(const std::string& target) const;
+
+ private:
+  std::unordered_map<std::string, std::vector<Converter>> table_;
+};
+
+// The registry with every op family registered (built once).
+const Registry& registry();
+
+// One function per op family file.
+void register_activation(Registry& r);
+void register_attention(Registry& r);
+void register_conv(Registry& r);
+void register_creation(Registry& r);
+void register_elementwise(Registry& r);
+void register_indexing(Registry& r);
+void register_matmul(Registry& r);
+void register_misc(Registry& r);
+void register_norm(Registry& r);
+void register_pool(Registry& r);
+void register_reduce(Registry& r);
+void register_shape(Registry& r);
+void register_symint(Registry& r);
+
+}  // namespace pt2onnx

@@ -1,0 +1,84 @@
+// Symbolic integers (sizes computed at run time): sym_size, sym_numel and the
+// Python operators torch.export records on them. A SymInt is a 1-D int64
+// tensor of one element in the ONNX graph, so shape lists are one Concat.
+#include "convert/context.h"
+#include "convert/registry.h"
+
+namespace pt2onnx {
+
+namespace {
+
+// When torch knows the value statically, emit the constant.
+bool constant_output(Ctx& c) {
+  auto it = c.prog.graph.sym_int_values.find(c.out_name(0));
+  if (it == c.prog.graph.sym_int_values.end()) return false;
+  std::optional<int64_t> v = it->second.value;
+  if (!v && it->second.expr && it->second.expr->is_integer()) v = it->second.expr->eval({});
+  if (!v) return false;
+  c.set_output(0, c.b.const_i64({*v}));
+  return true;
+}
+
+std::string symint_arg(Ctx& c, const char* name) {
+  auto a = c.symints(name);
+  return c.symint_value(a[0]);
+}
+
+void sym_size(Ctx& c) {
+  if (constant_output(c)) return;
+  c.set_output(0, c.dim_value(c.tensor("self"), c.i("dim")));
+}
+
+void sym_numel(Ctx& c) {
+  if (constant_output(c)) return;
+  std::string x = c.tensor("self");
+  c.set_output(0, c.reduce("ReduceProd", c.b.op("Shape", {x}), {0}, true));
+}
+
+void binop(Ctx& c, const char* op) {
+  if (constant_output(c)) return;
+  c.set_output(0, c.b.op(op, {symint_arg(c, "a"), symint_arg(c, "b")}));
+}
+void add(Ctx& c) { binop(c, "Add"); }
+void sub(Ctx& c) { binop(c, "Sub"); }
+void mul(Ctx& c) { binop(c, "Mul"); }
+// Sizes are non-negative, where integer Div (truncating) equals floor division.
+void floordiv(Ctx& c) { binop(c, "Div"); }
+void mod(Ctx& c) { binop(c, "Mod"); }
+void sym_max(Ctx& c) { binop(c, "Max"); }
+void sym_min(Ctx& c) { binop(c, "Min"); }
+void neg(Ctx& c) {
+  if (constant_output(c)) return;
+  c.set_output(0, c.b.op("Neg", {symint_arg(c, "a")}));
+}
+
+void compare(Ctx& c, const char* op) {
+  c.set_output(0, c.b.op(op, {symint_arg(c, "a"), symint_arg(c, "b")}));
+}
+void eq(Ctx& c) { compare(c, "Equal"); }
+void lt(Ctx& c) { compare(c, "Less"); }
+void le(Ctx& c) { compare(c, "LessOrEqual"); }
+void gt(Ctx& c) { compare(c, "Greater"); }
+void ge(Ctx& c) { compare(c, "GreaterOrEqual"); }
+
+}  // namespace
+
+void register_symint(Registry& r) {
+  r.add("torch.ops.aten.sym_size.int", sym_size);
+  r.add("torch.ops.aten.sym_numel.default", sym_numel);
+  r.add("_operator.add", add);
+  r.add("_operator.sub", sub);
+  r.add("_operator.mul", mul);
+  r.add("_operator.floordiv", floordiv);
+  r.add("_operator.mod", mod);
+  r.add("_operator.neg", neg);
+  r.add("torch.sym_max", sym_max);
+  r.add("torch.sym_min", sym_min);
+  r.add("_operator.eq", eq);
+  r.add("_operator.lt", lt);
+  r.add("_operator.le", le);
+  r.add("_operator.gt", gt);
+  r.add("_operator.ge", ge);
+}
+
+}  // namespace pt2onnx

@@ -1,0 +1,67 @@
+// The pipeline after capture: read -> convert -> optimize -> write, timed.
+#include <chrono>
+#include <filesystem>
+
+#include "convert/convert_graph.h"
+#include "onnx/model_writer.h"
+#include "opt/passes.h"
+#include "pt2onnx/pt2onnx.h"
+#include "schema/program.h"
+
+namespace pt2onnx {
+
+int ir_version_for_opset(int opset) {
+  // Lowest IR version released together with each opset (onnx VERSION_TABLE).
+  if (opset <= 14) return 7;
+  if (opset <= 18) return 8;
+  if (opset <= 20) return 9;
+  if (opset <= 22) return 10;
+  if (opset <= 23) return 11;
+  if (opset <= 24) return 12;
+  return 13;
+}
+
+Result convert_program(std::string_view program_json, const Weights& weights,
+                       const std::string& output_path, const Options& options) {
+  using clock = std::chrono::steady_clock;
+  auto secs = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  if (options.opset < kMinOpset || options.opset > kMaxOpset)
+    throw Error("opset " + std::to_string(options.opset) + " is not supported (this build emits " +
+                std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset) + ")");
+  if (output_path.empty()) throw Error("no output path given");
+
+  Result r;
+  r.opset = options.opset;
+  r.ir_version = ir_version_for_opset(options.opset);
+
+  auto t0 = clock::now();
+  schema::Program prog = schema::parse_program(program_json, "ExportedProgram JSON");
+  auto t1 = clock::now();
+  Graph g = convert_graph(prog, weights, options);
+  auto t2 = clock::now();
+  if (options.optimize) run_default_passes(g);
+  auto t3 = clock::now();
+  WriteOptions wo;
+  wo.opset = options.opset;
+  wo.ir_version = r.ir_version;
+  wo.external_data = options.external_data;
+  wo.external_data_threshold = options.external_data_threshold;
+  wo.external_min_tensor_bytes = options.external_min_tensor_bytes;
+  WriteResult w = write_model(g, output_path, wo);
+  auto t4 = clock::now();
+
+  r.model_path = output_path;
+  r.data_paths = w.data_paths;
+  r.weight_bytes = w.weight_bytes;
+  r.nodes = g.nodes.size();
+  r.initializers = g.initializers.size();
+  r.timings = {{"read", secs(t0, t1)},
+               {"convert", secs(t1, t2)},
+               {"optimize", secs(t2, t3)},
+               {"write", secs(t3, t4)}};
+  return r;
+}
+
+}  // namespace pt2onnx

@@ -1,0 +1,208 @@
+#include "ir/builder.h"
+
+#include <cstring>
+
+#include "pt2onnx/error.h"
+
+namespace pt2onnx {
+
+std::string GraphBuilder::fresh_name(const std::string& base) {
+  if (!name_taken(base)) {
+    used_.insert(base);
+    return base;
+  }
+  int& k = name_counter_[base];
+  std::string n;
+  do {
+    n = base + "__" + std::to_string(k++);
+  } while (name_taken(n));
+  used_.insert(n);
+  return n;
+}
+
+void GraphBuilder::set_origin(std::string fx_node, std::string fx_target,
+                              std::string module_path) {
+  fx_node_ = std::move(fx_node);
+  fx_target_ = std::move(fx_target);
+  module_path_ = std::move(module_path);
+}
+
+std::string GraphBuilder::node_name(const std::string& op) {
+  std::string base = fx_node_.empty() ? op : fx_node_ + "/" + op;
+  return fresh_name("node:" + base).substr(5);
+}
+
+std::vector<std::string> GraphBuilder::add_node(const std::string& op,
+                                                std::vector<std::string> inputs,
+                                                size_t n_outputs, std::vector<Attr> attrs,
+                                                std::vector<ValueType> out_types,
+                                                const std::string& domain) {
+  for (auto& in : inputs)
+    if (!in.empty() && !has_type(in))
+      throw Error("internal: node " + op + " uses value '" + in + "' that has not been defined");
+  Node n;
+  n.op_type = op;
+  n.domain = domain;
+  n.name = node_name(op);
+  n.inputs = std::move(inputs);
+  n.attrs = std::move(attrs);
+  n.module_path = module_path_;
+  n.fx_node = fx_node_;
+  n.fx_target = fx_target_;
+  std::string base = fx_node_.empty() ? "v" : fx_node_;
+  for (size_t i = 0; i < n_outputs; ++i) n.outputs.push_back(fresh_name(base));
+  if (out_types.empty()) out_types = infer_types(*this, n);
+  for (size_t i = 0; i < n_outputs; ++i)
+    graph_.types[n.outputs[i]] = i < out_types.size() ? out_types[i] : ValueType{};
+  graph_.nodes.push_back(std::move(n));
+  ++node_seq_;
+  return graph_.nodes.back().outputs;
+}
+
+std::string GraphBuilder::op(const std::string& op, std::vector<std::string> inputs,
+                             std::vector<Attr> attrs, std::optional<ValueType> out_type) {
+  std::vector<ValueType> t;
+  if (out_type) t.push_back(*out_type);
+  return add_node(op, std::move(inputs), 1, std::move(attrs), std::move(t))[0];
+}
+
+std::string GraphBuilder::initializer(const std::string& name, TensorData data) {
+  std::string n = fresh_name(name);
+  add_initializer(n, std::move(data));
+  return n;
+}
+
+void GraphBuilder::add_initializer(const std::string& n, TensorData data) {
+  ValueType t;
+  t.dtype = data.dtype;
+  Shape s;
+  for (auto d : data.dims) s.push_back(Dim::of(d));
+  t.shape = std::move(s);
+  graph_.types[n] = std::move(t);
+  initializer_index_[n] = graph_.initializers.size();
+  graph_.initializers.push_back(Initializer{n, std::move(data)});
+}
+
+std::string GraphBuilder::constant(TensorData data) {
+  constexpr size_t kDedupBytes = 4096;  // equal small constants share one initializer
+  std::string key;
+  if (data.nbytes() <= kDedupBytes && data.is_contiguous()) {
+    key.append(std::to_string(static_cast<int>(data.dtype))).append("|");
+    for (auto d : data.dims) key.append(std::to_string(d)).append(",");
+    key.append("|");
+    key.append(reinterpret_cast<const char*>(data.bytes()), data.nbytes());
+    auto it = const_cache_.find(key);
+    if (it != const_cache_.end()) return it->second;
+  }
+  std::string n = fresh_name("const");
+  add_initializer(n, std::move(data));
+  if (!key.empty()) const_cache_.emplace(std::move(key), n);
+  return n;
+}
+
+std::string GraphBuilder::const_i64(const std::vector<int64_t>& v) {
+  return constant(TensorData::from_vector(DType::Int64, {static_cast<int64_t>(v.size())}, v));
+}
+
+std::string GraphBuilder::scalar(DType t, double v) {
+  std::vector<uint8_t> b(dtype_size(t));
+  auto put = [&](auto x) { std::memcpy(b.data(), &x, sizeof x); };
+  switch (t) {
+    case DType::Float: put(static_cast<float>(v)); break;
+    case DType::Double: put(v); break;
+    case DType::Int64: put(static_cast<int64_t>(v)); break;
+    case DType::Int32: put(static_cast<int32_t>(v)); break;
+    case DType::Int16: put(static_cast<int16_t>(v)); break;
+    case DType::Int8: put(static_cast<int8_t>(v)); break;
+    case DType::UInt8: put(static_cast<uint8_t>(v)); break;
+    case DType::Bool: put(static_cast<uint8_t>(v != 0)); break;
+    case DType::Float16:
+    case DType::BFloat16: {
+      // Make it in float32 and let a Cast produce the 16-bit value exactly as
+      // the runtime would round it.
+      std::string f = scalar(DType::Float, v);
+      return op("Cast", {f}, {Attr::Int("to", static_cast<int64_t>(t))},
+                ValueType{t, Shape{}});
+    }
+    default: throw Error("internal: cannot make a scalar constant of type " +
+                         std::string(dtype_name(t)));
+  }
+  return constant(TensorData::from_bytes(t, {}, std::move(b)));
+}
+
+const TensorData* GraphBuilder::constant_value(const std::string& v) const {
+  auto it = initializer_index_.find(v);
+  return it == initializer_index_.end() ? nullptr : &graph_.initializers[it->second].data;
+}
+
+std::optional<std::vector<int64_t>> GraphBuilder::const_ints(const std::string& v) const {
+  const TensorData* t = constant_value(v);
+  if (!t || t->numel() > 64 || !t->is_contiguous()) return std::nullopt;
+  std::vector<int64_t> r(static_cast<size_t>(t->numel()));
+  if (t->dtype == DType::Int64) {
+    std::memcpy(r.data(), t->bytes(), r.size() * 8);
+  } else if (t->dtype == DType::Int32) {
+    for (size_t i = 0; i < r.size(); ++i) r[i] = t->as<int32_t>()[i];
+  } else {
+    return std::nullopt;
+  }
+  return r;
+}
+
+void GraphBuilder::add_input(const std::string& name, ValueType t) {
+  claim_name(name);
+  graph_.types[name] = t;
+  graph_.inputs.push_back(GraphIO{name, std::move(t)});
+}
+
+void GraphBuilder::add_output(const std::string& name, ValueType t) {
+  graph_.outputs.push_back(GraphIO{name, std::move(t)});
+}
+
+const ValueType& GraphBuilder::type(const std::string& v) const {
+  auto it = graph_.types.find(v);
+  if (it == graph_.types.end()) throw Error("internal: value '" + v + "' has no type");
+  return it->second;
+}
+
+size_t GraphBuilder::rank(const std::string& v) const {
+  const ValueType& t = type(v);
+  if (!t.shape) throw Error("internal: rank of value '" + v + "' is unknown");
+  return t.shape->size();
+}
+
+void GraphBuilder::rename_everywhere(const std::string& from, const std::string& to) {
+  for (auto& n : graph_.nodes) {
+    for (auto& in : n.inputs)
+      if (in == from) in = to;
+    for (auto& o : n.outputs)
+      if (o == from) o = to;
+  }
+  ValueType t = std::move(graph_.types[from]);
+  graph_.types.erase(from);
+  graph_.types[to] = std::move(t);
+  used_.insert(to);
+}
+
+bool GraphBuilder::rename_output(const std::string& from, const std::string& to,
+                                 size_t first_node) {
+  if (initializer_index_.count(from)) return false;
+  for (size_t i = graph_.nodes.size(); i-- > first_node;) {
+    for (auto& o : graph_.nodes[i].outputs) {
+      if (o != from) continue;
+      // Uses of `from` can only be in later nodes of the same conversion.
+      for (size_t j = i + 1; j < graph_.nodes.size(); ++j)
+        for (auto& in : graph_.nodes[j].inputs)
+          if (in == from) in = to;
+      o = to;
+      ValueType t = std::move(graph_.types[from]);
+      graph_.types.erase(from);
+      graph_.types[to] = std::move(t);
+      used_.insert(to);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace pt2onnx

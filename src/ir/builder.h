@@ -1,0 +1,93 @@
+// GraphBuilder: the one way converters add to the ONNX graph. It gives every
+// value a unique name and a type (dtype + shape, symbolic dims included),
+// deduplicates small constants, and stamps each node with where it came from.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace pt2onnx {
+
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(int opset) : opset_(opset) {}
+  int opset() const { return opset_; }
+
+  // Names that must stay free for values that will be bound later (FX names).
+  void reserve_name(const std::string& n) { reserved_.insert(n); }
+  std::string fresh_name(const std::string& base);
+  bool name_taken(const std::string& n) const { return used_.count(n) || reserved_.count(n); }
+  void claim_name(const std::string& n) { used_.insert(n); }
+  bool is_used(const std::string& n) const { return used_.count(n) > 0; }
+
+  // Origin stamped on nodes created from now on.
+  void set_origin(std::string fx_node, std::string fx_target, std::string module_path);
+
+  // Adds a node. Output types are taken from `out_types` when given, else
+  // inferred from the op and its inputs (see infer.cpp).
+  std::vector<std::string> add_node(const std::string& op, std::vector<std::string> inputs,
+                                    size_t n_outputs, std::vector<Attr> attrs = {},
+                                    std::vector<ValueType> out_types = {},
+                                    const std::string& domain = "");
+  // Single-output convenience.
+  std::string op(const std::string& op, std::vector<std::string> inputs,
+                 std::vector<Attr> attrs = {}, std::optional<ValueType> out_type = std::nullopt);
+
+  // A named initializer (weights: the name is the parameter's FQN).
+  std::string initializer(const std::string& name, TensorData data);
+  // An anonymous constant; equal small constants share one initializer.
+  std::string constant(TensorData data);
+  std::string const_i64(const std::vector<int64_t>& v);  // 1-D int64
+  std::string scalar(DType t, double v);                 // 0-D of type t
+  std::string scalar_i64(int64_t v) { return scalar(DType::Int64, static_cast<double>(v)); }
+  // Value of an initializer, or nullptr when `v` is not a constant.
+  const TensorData* constant_value(const std::string& v) const;
+  // Small int64 constant as a vector (shape computations); nullopt if not one.
+  std::optional<std::vector<int64_t>> const_ints(const std::string& v) const;
+
+  void add_input(const std::string& name, ValueType t);
+  void add_output(const std::string& name, ValueType t);
+
+  const ValueType& type(const std::string& v) const;
+  bool has_type(const std::string& v) const { return graph_.types.count(v) > 0; }
+  void set_type(const std::string& v, ValueType t) { graph_.types[v] = std::move(t); }
+  size_t rank(const std::string& v) const;
+
+  // Renames value `from` to `to` in every node (not for inputs / initializers).
+  void rename_everywhere(const std::string& from, const std::string& to);
+  bool is_initializer(const std::string& v) const { return initializer_index_.count(v) > 0; }
+  // Renames the value `from` (an output of node index >= first_node) to `to`.
+  bool rename_output(const std::string& from, const std::string& to, size_t first_node);
+
+  Graph& graph() { return graph_; }
+  const Graph& graph() const { return graph_; }
+  Graph take() { return std::move(graph_); }
+
+ private:
+  std::string node_name(const std::string& op);
+  void add_initializer(const std::string& unique_name, TensorData data);
+
+  int opset_;
+  Graph graph_;
+  std::unordered_set<std::string> used_, reserved_;
+  std::unordered_map<std::string, size_t> initializer_index_;
+  std::map<std::string, std::string> const_cache_;  // content key -> name
+  std::unordered_map<std::string, int> name_counter_;
+  std::string fx_node_, fx_target_, module_path_;
+  int node_seq_ = 0;
+};
+
+// Output types of an ONNX node from its inputs' types; unknown parts stay
+// unknown. Implemented per op in infer.cpp.
+std::vector<ValueType> infer_types(const GraphBuilder& b, const Node& n);
+
+// Broadcast of two shapes, numpy rules, symbolic dims compared by expression.
+std::optional<Shape> broadcast_shapes(const std::optional<Shape>& a,
+                                      const std::optional<Shape>& b);
+
+}  // namespace pt2onnx

@@ -1,0 +1,50 @@
+// Element types, numbered as ONNX TensorProto.DataType, and the mapping from
+// the torch.export schema's ScalarType numbering (which is NOT c10's).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace pt2onnx {
+
+enum class DType : int32_t {
+  Undefined = 0,
+  Float = 1,
+  UInt8 = 2,
+  Int8 = 3,
+  UInt16 = 4,
+  Int16 = 5,
+  Int32 = 6,
+  Int64 = 7,
+  String = 8,
+  Bool = 9,
+  Float16 = 10,
+  Double = 11,
+  UInt32 = 12,
+  UInt64 = 13,
+  Complex64 = 14,
+  Complex128 = 15,
+  BFloat16 = 16,
+  Float8E4M3FN = 17,
+  Float8E4M3FNUZ = 18,
+  Float8E5M2 = 19,
+  Float8E5M2FNUZ = 20,
+};
+
+size_t dtype_size(DType t);
+std::string_view dtype_name(DType t);
+bool is_floating(DType t);
+bool is_integral(DType t);  // excludes Bool
+bool is_complex(DType t);
+
+// torch.export schema ScalarType (schema.py) -> ONNX type; Undefined if unknown.
+DType dtype_from_schema(int64_t scalar_type);
+
+// Parses names as torch spells them in Python ("float32", "torch.int64", ...).
+DType dtype_from_torch_name(std::string_view name);
+
+// PyTorch's type promotion for two operands. `a_dim` / `b_dim` give each
+// operand's category: 2 = tensor with dims, 1 = zero-dim tensor, 0 = Python scalar.
+DType promote_types(DType a, int a_dim, DType b, int b_dim);
+
+}  // namespace pt2onnx

@@ -1,0 +1,141 @@
+#include "ir/graph.h"
+
+#include <cstring>
+
+namespace pt2onnx {
+
+bool ValueType::has_static_shape() const {
+  if (!shape) return false;
+  for (auto& d : *shape)
+    if (!d.is_static()) return false;
+  return true;
+}
+
+std::optional<std::vector<int64_t>> ValueType::static_dims() const {
+  if (!has_static_shape()) return std::nullopt;
+  std::vector<int64_t> r;
+  r.reserve(shape->size());
+  for (auto& d : *shape) r.push_back(d.value);
+  return r;
+}
+
+int64_t TensorData::numel() const {
+  int64_t n = 1;
+  for (auto d : dims) n *= d;
+  return n;
+}
+
+bool TensorData::is_contiguous() const {
+  if (strides.empty()) return true;
+  int64_t expect = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    if (dims[i] != 1 && strides[i] != expect) return false;
+    expect *= dims[i];
+  }
+  return true;
+}
+
+std::vector<uint8_t> TensorData::contiguous_copy() const {
+  const size_t es = dtype_size(dtype);
+  std::vector<uint8_t> out(nbytes());
+  if (out.empty()) return out;
+  if (is_contiguous()) {
+    std::memcpy(out.data(), bytes(), out.size());
+    return out;
+  }
+  const size_t rank = dims.size();
+  std::vector<int64_t> idx(rank, 0);
+  const uint8_t* src = bytes();
+  const int64_t n = numel();
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t off = 0;
+    for (size_t d = 0; d < rank; ++d) off += idx[d] * strides[d];
+    std::memcpy(out.data() + static_cast<size_t>(k) * es, src + static_cast<size_t>(off) * es, es);
+    for (size_t d = rank; d-- > 0;) {
+      if (++idx[d] < dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+TensorData TensorData::from_bytes(DType t, std::vector<int64_t> dims, std::vector<uint8_t> b) {
+  TensorData d;
+  d.dtype = t;
+  d.dims = std::move(dims);
+  d.owned = std::make_shared<const std::vector<uint8_t>>(std::move(b));
+  return d;
+}
+
+Attr Attr::Int(std::string n, int64_t v) {
+  Attr a;
+  a.name = std::move(n);
+  a.kind = Kind::Int;
+  a.i = v;
+  return a;
+}
+Attr Attr::Float(std::string n, float v) {
+  Attr a;
+  a.name = std::move(n);
+  a.kind = Kind::Float;
+  a.f = v;
+  return a;
+}
+Attr Attr::Str(std::string n, std::string v) {
+  Attr a;
+  a.name = std::move(n);
+  a.kind = Kind::String;
+  a.s = std::move(v);
+  return a;
+}
+Attr Attr::Ints(std::string n, std::vector<int64_t> v) {
+  Attr a;
+  a.name = std::move(n);
+  a.kind = Kind::Ints;
+  a.ints = std::move(v);
+  return a;
+}
+Attr Attr::Floats(std::string n, std::vector<float> v) {
+  Attr a;
+  a.name = std::move(n);
+  a.kind = Kind::Floats;
+  a.floats = std::move(v);
+  return a;
+}
+Attr Attr::Tensor(std::string n, TensorData v) {
+  Attr a;
+  a.name = std::move(n);
+  a.kind = Kind::Tensor;
+  a.t = std::make_shared<TensorData>(std::move(v));
+  return a;
+}
+
+bool Attr::operator==(const Attr& o) const {
+  if (name != o.name || kind != o.kind) return false;
+  switch (kind) {
+    case Kind::Float: return std::memcmp(&f, &o.f, sizeof f) == 0;
+    case Kind::Int: return i == o.i;
+    case Kind::String: return s == o.s;
+    case Kind::Floats: return floats == o.floats;
+    case Kind::Ints: return ints == o.ints;
+    case Kind::Strings: return strings == o.strings;
+    case Kind::Tensor:
+      return t->dtype == o.t->dtype && t->dims == o.t->dims && t->nbytes() == o.t->nbytes() &&
+             t->is_contiguous() && o.t->is_contiguous() &&
+             std::memcmp(t->bytes(), o.t->bytes(), t->nbytes()) == 0;
+  }
+  return false;
+}
+
+const Attr* Node::attr(std::string_view n) const {
+  for (auto& a : attrs)
+    if (a.name == n) return &a;
+  return nullptr;
+}
+
+const ValueType* Graph::type_of(const std::string& v) const {
+  auto it = types.find(v);
+  return it == types.end() ? nullptr : &it->second;
+}
+
+}  // namespace pt2onnx

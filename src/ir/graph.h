@@ -1,0 +1,124 @@
+// The ONNX-side IR: values named by strings, nodes, initializers that keep a
+// view on the caller's weight memory until the writer streams them out.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/dtype.h"
+
+namespace pt2onnx {
+
+// One dimension: a known integer, a symbol / symbolic expression (dim_param),
+// or unknown (neither: value < 0 and no symbol).
+struct Dim {
+  int64_t value = -1;
+  std::string sym;  // non-empty => symbolic
+  static Dim of(int64_t v) { return Dim{v, {}}; }
+  static Dim symbol(std::string s) { return Dim{-1, std::move(s)}; }
+  static Dim unknown() { return Dim{-1, {}}; }
+  bool is_static() const { return sym.empty() && value >= 0; }
+  bool is_unknown() const { return sym.empty() && value < 0; }
+  bool same_as(const Dim& o) const { return !is_unknown() && *this == o; }
+  bool operator==(const Dim& o) const { return value == o.value && sym == o.sym; }
+};
+using Shape = std::vector<Dim>;
+
+struct ValueType {
+  DType dtype = DType::Undefined;
+  std::optional<Shape> shape;  // nullopt: rank unknown
+  bool has_static_shape() const;
+  std::optional<std::vector<int64_t>> static_dims() const;
+};
+
+// Bytes of a tensor. Either a view on memory owned elsewhere (weights: the
+// caller keeps them alive until the export returns) or owned bytes (constants
+// made during conversion). Strides are in elements; empty means contiguous.
+struct TensorData {
+  DType dtype = DType::Undefined;
+  std::vector<int64_t> dims;
+  std::vector<int64_t> strides;
+  const uint8_t* data = nullptr;
+  std::shared_ptr<const std::vector<uint8_t>> owned;
+
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  bool is_contiguous() const;
+  const uint8_t* bytes() const { return owned ? owned->data() : data; }
+  // Copies into a contiguous buffer (only needed for strided views).
+  std::vector<uint8_t> contiguous_copy() const;
+  template <typename T>
+  const T* as() const {
+    return reinterpret_cast<const T*>(bytes());
+  }
+  static TensorData from_bytes(DType t, std::vector<int64_t> dims, std::vector<uint8_t> bytes);
+  template <typename T>
+  static TensorData from_vector(DType t, std::vector<int64_t> dims, const std::vector<T>& v) {
+    std::vector<uint8_t> b(v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+    return from_bytes(t, std::move(dims), std::move(b));
+  }
+};
+
+struct Initializer {
+  std::string name;
+  TensorData data;
+};
+
+struct Attr {
+  enum class Kind { Float, Int, String, Tensor, Floats, Ints, Strings };
+  std::string name;
+  Kind kind = Kind::Int;
+  float f = 0;
+  int64_t i = 0;
+  std::string s;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+  std::vector<std::string> strings;
+  std::shared_ptr<TensorData> t;
+
+  static Attr Int(std::string n, int64_t v);
+  static Attr Float(std::string n, float v);
+  static Attr Str(std::string n, std::string v);
+  static Attr Ints(std::string n, std::vector<int64_t> v);
+  static Attr Floats(std::string n, std::vector<float> v);
+  static Attr Tensor(std::string n, TensorData v);
+  bool operator==(const Attr& o) const;
+};
+
+struct Node {
+  std::string op_type;
+  std::string domain;  // "" = default ONNX domain
+  std::string name;
+  std::vector<std::string> inputs;  // "" = omitted optional input
+  std::vector<std::string> outputs;
+  std::vector<Attr> attrs;
+  // Where it came from: the torch module path and the FX node / aten target.
+  std::string module_path;
+  std::string fx_node;
+  std::string fx_target;
+
+  const Attr* attr(std::string_view n) const;
+};
+
+struct GraphIO {
+  std::string name;
+  ValueType type;
+};
+
+struct Graph {
+  std::string name = "main_graph";
+  std::vector<Node> nodes;
+  std::vector<Initializer> initializers;
+  std::vector<GraphIO> inputs;
+  std::vector<GraphIO> outputs;
+  std::unordered_map<std::string, ValueType> types;  // every known value
+
+  const ValueType* type_of(const std::string& v) const;
+};
+
+}  // namespace pt2onnx

@@ -1,0 +1,329 @@
+#include "onnx/model_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <unordered_set>
+
+#include "onnx/wire.h"
+
+namespace pt2onnx {
+
+static_assert(std::endian::native == std::endian::little,
+              "ONNX raw_data is little-endian; this writer streams native bytes");
+
+namespace {
+
+using wire::Msg;
+
+constexpr uint64_t kAlign = 4096;      // external data offsets: page aligned for mmap
+constexpr uint64_t kProtoLimit = (2ull << 30) - 1;  // protobuf's 2 GiB message limit
+
+// Buffered writer over a file descriptor; large payloads bypass the buffer.
+class FileOut {
+ public:
+  explicit FileOut(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw Error("cannot create '" + path + "': " + std::strerror(errno));
+  }
+  ~FileOut() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void put(std::string_view s) {
+    if (buf_.size() + s.size() > kBuf) flush();
+    if (s.size() >= kBuf) return raw(s.data(), s.size());
+    buf_.append(s);
+  }
+  void put_big(const uint8_t* p, size_t n) {
+    if (n < kBuf) return put(std::string_view(reinterpret_cast<const char*>(p), n));
+    flush();
+    raw(p, n);
+  }
+  void zeros(size_t n) { put(std::string(n, '\0')); }
+  void close() {
+    flush();
+    if (::close(fd_) != 0) {
+      fd_ = -1;
+      throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
+    }
+    fd_ = -1;
+  }
+  uint64_t written() const { return written_ + buf_.size(); }
+
+ private:
+  static constexpr size_t kBuf = 1 << 20;
+  void flush() {
+    raw(buf_.data(), buf_.size());
+    buf_.clear();
+  }
+  void raw(const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    written_ += n;
+    while (n) {
+      ssize_t w = ::write(fd_, c, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
+      }
+      c += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  std::string path_;
+  int fd_ = -1;
+  std::string buf_;
+  uint64_t written_ = 0;
+};
+
+// Removes temporary files unless committed.
+struct TempFiles {
+  std::vector<std::string> paths;
+  bool committed = false;
+  ~TempFiles() {
+    if (!committed)
+      for (auto& p : paths) std::remove(p.c_str());
+  }
+};
+
+void tensor_header(Msg& m, const TensorData& t, const std::string& name) {
+  for (auto d : t.dims) m.int_field(1, d);
+  m.int_field(2, static_cast<int64_t>(t.dtype));
+  if (!name.empty()) m.bytes_field(8, name);
+}
+
+void write_type(Msg& m, const ValueType& t) {
+  Msg tensor;
+  tensor.int_field(1, static_cast<int64_t>(t.dtype));
+  if (t.shape) {
+    Msg shape;
+    for (auto& d : *t.shape) {
+      Msg dim;
+      if (d.is_static()) dim.int_field(1, d.value);
+      else if (!d.sym.empty()) dim.bytes_field(2, d.sym);
+      shape.message(1, dim);
+    }
+    tensor.message(2, shape);
+  }
+  Msg type;
+  type.message(1, tensor);
+  m.message(2, type);
+}
+
+Msg value_info(const std::string& name, const ValueType& t) {
+  Msg m;
+  m.bytes_field(1, name);
+  write_type(m, t);
+  return m;
+}
+
+Msg attribute(const Attr& a) {
+  Msg m;
+  m.bytes_field(1, a.name);
+  switch (a.kind) {
+    case Attr::Kind::Float: m.float_field(2, a.f); m.int_field(20, 1); break;
+    case Attr::Kind::Int: m.int_field(3, a.i); m.int_field(20, 2); break;
+    case Attr::Kind::String: m.bytes_field(4, a.s); m.int_field(20, 3); break;
+    case Attr::Kind::Tensor: m.bytes_field(5, tensor_proto_bytes(*a.t, "")); m.int_field(20, 4); break;
+    case Attr::Kind::Floats: m.packed_floats(7, a.floats); m.int_field(20, 6); break;
+    case Attr::Kind::Ints: m.packed_ints(8, a.ints); m.int_field(20, 7); break;
+    case Attr::Kind::Strings:
+      for (auto& s : a.strings) m.bytes_field(9, s);
+      m.int_field(20, 8);
+      break;
+  }
+  return m;
+}
+
+Msg node_proto(const Node& n, int ir_version) {
+  Msg m;
+  for (auto& i : n.inputs) m.bytes_field(1, i);
+  for (auto& o : n.outputs) m.bytes_field(2, o);
+  m.bytes_field(3, n.name);
+  m.bytes_field(4, n.op_type);
+  for (auto& a : n.attrs) m.message(5, attribute(a));
+  if (!n.domain.empty()) m.bytes_field(7, n.domain);
+  // Where the node came from: metadata_props (IR >= 10), else doc_string.
+  std::vector<std::pair<std::string, std::string>> props;
+  if (!n.module_path.empty()) props.emplace_back("namespace", n.module_path);
+  if (!n.fx_node.empty()) props.emplace_back("pkg.torch.onnx.fx_node", n.fx_node);
+  if (!n.fx_target.empty()) props.emplace_back("pkg.pt2onnx.aten_target", n.fx_target);
+  if (ir_version >= 10) {
+    for (auto& [k, v] : props) {
+      Msg e;
+      e.bytes_field(1, k);
+      e.bytes_field(2, v);
+      m.message(9, e);
+    }
+  } else if (!props.empty()) {
+    std::string doc;
+    for (auto& [k, v] : props) doc += (doc.empty() ? "" : "; ") + k + ": " + v;
+    m.bytes_field(6, doc);
+  }
+  return m;
+}
+
+std::string file_name(const std::string& path) {
+  return std::filesystem::path(path).filename().string();
+}
+
+}  // namespace
+
+std::string tensor_proto_bytes(const TensorData& t, const std::string& name) {
+  Msg m;
+  tensor_header(m, t, name);
+  if (t.is_contiguous()) {
+    m.bytes_field(9, std::string_view(reinterpret_cast<const char*>(t.bytes()), t.nbytes()));
+  } else {
+    auto c = t.contiguous_copy();
+    m.bytes_field(9, std::string_view(reinterpret_cast<const char*>(c.data()), c.size()));
+  }
+  return m.bytes;
+}
+
+WriteResult write_model(const Graph& g, const std::string& path, const WriteOptions& opt) {
+  WriteResult result;
+  for (auto& init : g.initializers) result.weight_bytes += init.data.nbytes();
+
+  bool external = opt.external_data == ExternalData::Always ||
+                  (opt.external_data == ExternalData::Auto &&
+                   result.weight_bytes > opt.external_data_threshold);
+  std::string data_path = path + ".data";
+  std::string location = file_name(data_path);
+
+  // Plan: which tensors go to the side file and at which offsets.
+  struct Planned {
+    const Initializer* init;
+    bool ext;
+    uint64_t offset;
+    Msg header;  // TensorProto without its payload (raw_data comes last)
+  };
+  std::vector<Planned> plan;
+  plan.reserve(g.initializers.size());
+  uint64_t data_end = 0;
+  uint64_t inline_bytes = 0;
+  for (auto& init : g.initializers) {
+    Planned p{&init, false, 0, {}};
+    uint64_t nb = init.data.nbytes();
+    p.ext = external && nb >= opt.external_min_tensor_bytes;
+    tensor_header(p.header, init.data, init.name);
+    if (p.ext) {
+      p.offset = (data_end + kAlign - 1) / kAlign * kAlign;
+      data_end = p.offset + nb;
+      for (auto [k, v] : {std::pair<std::string, std::string>{"location", location},
+                          {"offset", std::to_string(p.offset)},
+                          {"length", std::to_string(nb)}}) {
+        Msg e;
+        e.bytes_field(1, k);
+        e.bytes_field(2, v);
+        p.header.message(13, e);
+      }
+      p.header.int_field(14, 1);  // data_location = EXTERNAL
+    } else {
+      p.header.tag(9, wire::kLen);
+      p.header.varint(nb);
+      inline_bytes += nb;
+    }
+    plan.push_back(std::move(p));
+  }
+  if (inline_bytes > kProtoLimit)
+    throw Error("the model's weights (" + std::to_string(inline_bytes) +
+                " bytes) exceed protobuf's 2 GiB limit for one file; export with "
+                "external_data=True (or 'auto')");
+
+  // Everything but the initializers, serialized in memory (small).
+  Msg nodes_part;
+  for (auto& n : g.nodes) nodes_part.message(1, node_proto(n, opt.ir_version));
+  Msg tail;
+  tail.bytes_field(2, g.name);
+  for (auto& i : g.inputs) tail.message(11, value_info(i.name, i.type));
+  for (auto& o : g.outputs) tail.message(12, value_info(o.name, o.type));
+  {
+    std::unordered_set<std::string> io;
+    for (auto& i : g.inputs) io.insert(i.name);
+    for (auto& o : g.outputs) io.insert(o.name);
+    for (auto& n : g.nodes)
+      for (auto& o : n.outputs) {
+        if (o.empty() || io.count(o)) continue;
+        const ValueType* t = g.type_of(o);
+        if (t && t->dtype != DType::Undefined) tail.message(13, value_info(o, *t));
+      }
+  }
+
+  uint64_t graph_len = nodes_part.size() + tail.size();
+  for (auto& p : plan) {
+    uint64_t len = p.header.size() + (p.ext ? 0 : p.init->data.nbytes());
+    graph_len += wire::varint_size((5 << 3) | wire::kLen) + wire::varint_size(len) + len;
+  }
+
+  Msg head;
+  head.int_field(1, opt.ir_version);
+  head.bytes_field(2, "pt2onnx");
+  head.bytes_field(3, PT2ONNX_VERSION);
+  {
+    Msg opset;
+    opset.bytes_field(1, "");
+    opset.int_field(2, opt.opset);
+    head.message(8, opset);
+  }
+  head.tag(7, wire::kLen);
+  head.varint(graph_len);
+
+  TempFiles temps;
+  std::string tmp_model = path + ".tmp" + std::to_string(::getpid());
+  std::string tmp_data = data_path + ".tmp" + std::to_string(::getpid());
+  temps.paths.push_back(tmp_model);
+
+  auto payload = [](FileOut& out, const TensorData& t) {
+    if (t.is_contiguous()) {
+      out.put_big(t.bytes(), t.nbytes());
+    } else {
+      auto c = t.contiguous_copy();
+      out.put_big(c.data(), c.size());
+    }
+  };
+
+  {
+    FileOut out(tmp_model);
+    out.put(head.bytes);
+    out.put(nodes_part.bytes);
+    for (auto& p : plan) {
+      Msg prefix;
+      uint64_t len = p.header.size() + (p.ext ? 0 : p.init->data.nbytes());
+      prefix.tag(5, wire::kLen);
+      prefix.varint(len);
+      out.put(prefix.bytes);
+      out.put(p.header.bytes);
+      if (!p.ext) payload(out, p.init->data);
+    }
+    out.put(tail.bytes);
+    out.close();
+  }
+  bool has_ext = false;
+  for (auto& p : plan) has_ext |= p.ext;
+  if (has_ext) {
+    temps.paths.push_back(tmp_data);
+    FileOut out(tmp_data);
+    for (auto& p : plan) {
+      if (!p.ext) continue;
+      out.zeros(p.offset - out.written());
+      payload(out, p.init->data);
+    }
+    out.close();
+    if (std::rename(tmp_data.c_str(), data_path.c_str()) != 0)
+      throw Error("cannot rename '" + tmp_data + "' to '" + data_path + "': " + std::strerror(errno));
+    result.data_paths.push_back(data_path);
+  }
+  if (std::rename(tmp_model.c_str(), path.c_str()) != 0) {
+    if (has_ext) std::remove(data_path.c_str());
+    throw Error("cannot rename '" + tmp_model + "' to '" + path + "': " + std::strerror(errno));
+  }
+  temps.committed = true;
+  return result;
+}
+
+}  // namespace pt2onnx

@@ -1,0 +1,31 @@
+// Writes a Graph as an ONNX ModelProto, streaming weights from their memory
+// to the file (and to a side file for external data). Writes to temporary
+// names and renames on success: a failed export leaves nothing behind.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "pt2onnx/pt2onnx.h"
+
+namespace pt2onnx {
+
+struct WriteOptions {
+  int opset = 18;
+  int ir_version = 8;
+  ExternalData external_data = ExternalData::Auto;
+  uint64_t external_data_threshold = 1800ull << 20;
+  uint64_t external_min_tensor_bytes = 1024;
+};
+
+struct WriteResult {
+  std::vector<std::string> data_paths;
+  uint64_t weight_bytes = 0;
+};
+
+WriteResult write_model(const Graph& g, const std::string& path, const WriteOptions& opt);
+
+// Serialized TensorProto of a small tensor with inline raw_data (attributes).
+std::string tensor_proto_bytes(const TensorData& t, const std::string& name);
+
+}  // namespace pt2onnx

@@ -1,0 +1,23 @@
+// Graph passes, one per file, run in the flat order listed in pass_list.cpp.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace pt2onnx {
+
+// Each pass returns how many nodes / initializers it changed.
+size_t fold_constants(Graph& g);
+size_t remove_identity(Graph& g);
+size_t eliminate_common_subexpressions(Graph& g);
+size_t remove_unused(Graph& g);
+
+// Runs the default pipeline; returns (pass name, changes) for each run.
+std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g);
+
+// Replaces every use of `from` by `to` in node inputs (not graph outputs).
+void replace_uses(Graph& g, const std::string& from, const std::string& to);
+
+}  // namespace pt2onnx

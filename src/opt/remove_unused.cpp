@@ -1,0 +1,38 @@
+// Removes nodes whose outputs nobody reads and initializers nobody uses.
+#include <unordered_set>
+
+#include "opt/passes.h"
+
+namespace pt2onnx {
+
+size_t remove_unused(Graph& g) {
+  std::unordered_set<std::string> live;
+  for (auto& o : g.outputs) live.insert(o.name);
+  std::vector<bool> keep(g.nodes.size(), false);
+  for (size_t i = g.nodes.size(); i-- > 0;) {
+    const Node& n = g.nodes[i];
+    for (auto& o : n.outputs)
+      if (live.count(o)) keep[i] = true;
+    if (keep[i])
+      for (auto& in : n.inputs)
+        if (!in.empty()) live.insert(in);
+  }
+  size_t removed = 0;
+  std::vector<Node> nodes;
+  nodes.reserve(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (keep[i]) nodes.push_back(std::move(g.nodes[i]));
+    else ++removed;
+  }
+  g.nodes = std::move(nodes);
+  std::vector<Initializer> inits;
+  inits.reserve(g.initializers.size());
+  for (auto& init : g.initializers) {
+    if (live.count(init.name)) inits.push_back(std::move(init));
+    else ++removed;
+  }
+  g.initializers = std::move(inits);
+  return removed;
+}
+
+}  // namespace pt2onnx

@@ -1,0 +1,73 @@
+// Python bindings (glue only): takes the program JSON and weight views from
+// pt2onnx/_capture.py and runs the C++ pipeline with the GIL released.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "pt2onnx/pt2onnx.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+// weights: list of (fqn, data_ptr, dtype, sizes, strides, available_bytes)
+using WeightTuple = std::tuple<std::string, uintptr_t, std::string, std::vector<int64_t>,
+                               std::vector<int64_t>, uint64_t>;
+
+nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights,
+                 const std::string& output_path, int opset, bool optimize,
+                 const std::string& external_data, const std::vector<std::string>& input_names,
+                 const std::vector<std::string>& output_names,
+                 const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
+                 const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names) {
+  pt2onnx::Options o;
+  o.opset = opset;
+  o.optimize = optimize;
+  if (external_data == "auto") o.external_data = pt2onnx::ExternalData::Auto;
+  else if (external_data == "always") o.external_data = pt2onnx::ExternalData::Always;
+  else if (external_data == "never") o.external_data = pt2onnx::ExternalData::Never;
+  else throw pt2onnx::Error("external_data must be 'auto', 'always' or 'never'");
+  o.input_names = input_names;
+  o.output_names = output_names;
+  o.input_dim_names = input_dim_names;
+  o.output_dim_names = output_dim_names;
+  pt2onnx::Weights w;
+  w.reserve(weights.size());
+  for (auto& [name, ptr, dtype, sizes, strides, avail] : weights)
+    w.emplace(name, pt2onnx::WeightView{reinterpret_cast<const void*>(ptr), dtype, sizes, strides,
+                                        avail});
+  std::string_view json(static_cast<const char*>(program_json.data()), program_json.size());
+  pt2onnx::Result r;
+  {
+    nb::gil_scoped_release release;
+    r = pt2onnx::convert_program(json, w, output_path, o);
+  }
+  nb::dict d;
+  d["model_path"] = r.model_path;
+  d["data_paths"] = r.data_paths;
+  d["opset"] = r.opset;
+  d["ir_version"] = r.ir_version;
+  d["nodes"] = r.nodes;
+  d["initializers"] = r.initializers;
+  d["weight_bytes"] = r.weight_bytes;
+  d["timings"] = r.timings;
+  return d;
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "pt2onnx C++ core";
+  nb::exception<pt2onnx::Error>(m, "ConversionError", PyExc_RuntimeError);
+  m.def("convert", &convert, nb::arg("program_json"), nb::arg("weights"), nb::arg("output_path"),
+        nb::arg("opset"), nb::arg("optimize"), nb::arg("external_data"), nb::arg("input_names"),
+        nb::arg("output_names"), nb::arg("input_dim_names"), nb::arg("output_dim_names"));
+  m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));
+  m.def("ir_version_for_opset", &pt2onnx::ir_version_for_opset);
+  m.attr("__version__") = PT2ONNX_VERSION;
+  m.attr("MIN_OPSET") = pt2onnx::kMinOpset;
+  m.attr("MAX_OPSET") = pt2onnx::kMaxOpset;
+}

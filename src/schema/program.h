@@ -1,0 +1,155 @@
+// The serialized torch.export ExportedProgram (schema major version 8), as
+// plain structs. This is the one contract between capture and conversion:
+// the Python path and the .pt2 path both arrive here.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/dtype.h"
+#include "schema/sym_expr.h"
+
+namespace pt2onnx::schema {
+
+inline constexpr int kSchemaMajor = 8;
+
+// A size / stride in a TensorMeta: a constant or a symbolic expression.
+struct SymSize {
+  std::optional<int64_t> value;  // set when constant
+  SymExprPtr expr;               // set when symbolic
+  std::optional<int64_t> hint;   // example value of a symbolic size
+};
+
+struct TensorMeta {
+  DType dtype = DType::Undefined;
+  int64_t scalar_type = 0;  // schema numbering, for messages
+  std::vector<SymSize> sizes;
+  std::vector<SymSize> strides;
+  SymSize storage_offset;
+};
+
+// One element of an as_sym_ints / as_sym_int argument.
+struct SymIntArg {
+  std::optional<int64_t> value;  // as_int
+  std::string name;              // as_name: an FX sym value
+};
+
+enum class ArgKind {
+  None,
+  Tensor,
+  Tensors,
+  OptionalTensor,
+  OptionalTensors,
+  Int,
+  Ints,
+  Float,
+  Floats,
+  String,
+  Strings,
+  Bool,
+  Bools,
+  SymInt,
+  SymInts,
+  SymBool,
+  SymFloat,
+  ScalarType,
+  MemoryFormat,
+  Layout,
+  Device,
+  Graph,
+  Other,
+};
+
+struct Argument {
+  ArgKind kind = ArgKind::None;
+  std::string variant;             // the JSON key, e.g. "as_tensor"
+  std::string name;                // tensor / sym value name
+  std::vector<std::string> names;  // tensors; "" marks a None element
+  int64_t i = 0;
+  double f = 0;
+  bool b = false;
+  std::string s;
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+  std::vector<bool> bools;
+  std::vector<std::string> strings;
+  std::vector<SymIntArg> symints;  // as_sym_int(s)
+};
+
+struct NamedArgument {
+  std::string name;
+  Argument arg;
+  int kind = 1;  // 1 positional, 2 keyword
+};
+
+struct Node {
+  std::string target;
+  std::string name;
+  std::vector<NamedArgument> inputs;
+  std::vector<Argument> outputs;
+  std::string stack_trace;
+  std::string nn_module_stack;
+
+  const Argument* input(std::string_view arg_name) const;
+  // The innermost module path from nn_module_stack ("layers.0.attn"), or "".
+  std::string module_path() const;
+  // The last source line of the user's stack trace, for messages.
+  std::string source_line() const;
+};
+
+struct Graph {
+  std::vector<Argument> inputs;
+  std::vector<Argument> outputs;
+  std::vector<Node> nodes;
+  std::unordered_map<std::string, TensorMeta> tensor_values;
+  std::unordered_map<std::string, SymSize> sym_int_values;
+};
+
+struct InputSpec {
+  enum class Kind { UserInput, Parameter, Buffer, TensorConstant, CustomObj, Token, ConstantInput };
+  Kind kind = Kind::UserInput;
+  std::string arg_name;  // the graph placeholder
+  std::string target;    // FQN of the parameter / buffer / constant
+  bool persistent = true;
+  Argument arg;  // for user inputs
+};
+
+struct OutputSpec {
+  enum class Kind {
+    UserOutput,
+    LossOutput,
+    BufferMutation,
+    UserInputMutation,
+    GradientToParameter,
+    GradientToUserInput,
+    Token,
+    ParameterMutation
+  };
+  Kind kind = Kind::UserOutput;
+  Argument arg;
+  std::string target;
+};
+
+struct RangeConstraint {
+  std::optional<int64_t> min, max;
+};
+
+struct Program {
+  Graph graph;
+  std::vector<InputSpec> input_specs;
+  std::vector<OutputSpec> output_specs;
+  std::map<std::string, RangeConstraint> range_constraints;
+  int schema_major = 0;
+  int schema_minor = 0;
+  std::string torch_version;
+};
+
+// Parses the ExportedProgram JSON (what torch.export.save writes as
+// models/model.json). `source` names the input in error messages.
+Program parse_program(std::string_view json, const std::string& source = "model.json");
+
+}  // namespace pt2onnx::schema

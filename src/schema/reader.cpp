@@ -1,0 +1,433 @@
+// Reads the ExportedProgram JSON with simdjson's DOM API: fast, well kept, and
+// its error codes let every failure name the JSON path that caused it.
+#include <simdjson.h>
+
+#include "pt2onnx/error.h"
+#include "schema/program.h"
+
+namespace pt2onnx::schema {
+
+namespace {
+
+using simdjson::dom::array;
+using simdjson::dom::element;
+using simdjson::dom::object;
+
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& why) const {
+    throw Error(source_ + ": " + path + ": " + why);
+  }
+
+  object obj(element e, const std::string& path) const {
+    object o;
+    if (e.get_object().get(o)) fail(path, "expected a JSON object, found " + type_name(e));
+    return o;
+  }
+  array arr(element e, const std::string& path) const {
+    array a;
+    if (e.get_array().get(a)) fail(path, "expected a JSON array, found " + type_name(e));
+    return a;
+  }
+  std::optional<element> field(object o, std::string_view key) const {
+    element e;
+    if (o.at_key(key).get(e)) return std::nullopt;
+    if (e.is_null()) return std::nullopt;
+    return e;
+  }
+  element req(object o, std::string_view key, const std::string& path) const {
+    auto e = field(o, key);
+    if (!e) fail(path, "missing field '" + std::string(key) + "'");
+    return *e;
+  }
+  std::string str(element e, const std::string& path) const {
+    std::string_view s;
+    if (e.get_string().get(s)) fail(path, "expected a string, found " + type_name(e));
+    return std::string(s);
+  }
+  int64_t integer(element e, const std::string& path) const {
+    int64_t v;
+    if (e.get_int64().get(v)) {
+      uint64_t u;
+      if (!e.get_uint64().get(u)) fail(path, "integer out of range");
+      fail(path, "expected an integer, found " + type_name(e));
+    }
+    return v;
+  }
+  double number(element e, const std::string& path) const {
+    std::string_view s;
+    if (!e.get_string().get(s)) {
+      if (s == "Infinity") return std::numeric_limits<double>::infinity();
+      if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
+      if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
+      fail(path, "expected a number, found string '" + std::string(s) + "'");
+    }
+    double d;
+    if (e.get_double().get(d)) fail(path, "expected a number, found " + type_name(e));
+    return d;
+  }
+  bool boolean(element e, const std::string& path) const {
+    bool b;
+    if (e.get_bool().get(b)) fail(path, "expected a boolean, found " + type_name(e));
+    return b;
+  }
+  static std::string type_name(element e) {
+    switch (e.type()) {
+      case simdjson::dom::element_type::ARRAY: return "an array";
+      case simdjson::dom::element_type::OBJECT: return "an object";
+      case simdjson::dom::element_type::STRING: return "a string";
+      case simdjson::dom::element_type::NULL_VALUE: return "null";
+      case simdjson::dom::element_type::BOOL: return "a boolean";
+      default: return "a number";
+    }
+  }
+  // A union is an object with exactly one key.
+  std::pair<std::string_view, element> union_of(element e, const std::string& path) const {
+    object o = obj(e, path);
+    if (o.size() != 1) fail(path, "expected a single-key union object, found " +
+                                      std::to_string(o.size()) + " keys");
+    auto kv = *o.begin();
+    return {kv.key, kv.value};
+  }
+
+  SymSize sym_size(element e, const std::string& path) const {
+    auto [k, v] = union_of(e, path);
+    SymSize s;
+    if (k == "as_int") {
+      s.value = integer(v, path + ".as_int");
+    } else if (k == "as_expr") {
+      object o = obj(v, path + ".as_expr");
+      std::string es = str(req(o, "expr_str", path), path + ".as_expr.expr_str");
+      try {
+        s.expr = parse_sym_expr(es);
+      } catch (const Error& err) {
+        fail(path + ".as_expr.expr_str", err.what());
+      }
+      if (auto h = field(o, "hint")) {
+        auto [hk, hv] = union_of(*h, path + ".as_expr.hint");
+        if (hk == "as_int") s.hint = integer(hv, path + ".as_expr.hint");
+      }
+    } else {
+      fail(path, "unknown SymInt variant '" + std::string(k) + "'");
+    }
+    return s;
+  }
+
+  TensorMeta tensor_meta(element e, const std::string& path) const {
+    object o = obj(e, path);
+    TensorMeta m;
+    m.scalar_type = integer(req(o, "dtype", path), path + ".dtype");
+    m.dtype = dtype_from_schema(m.scalar_type);
+    if (m.dtype == DType::Undefined)
+      fail(path + ".dtype", "unsupported scalar type " + std::to_string(m.scalar_type));
+    size_t i = 0;
+    for (element d : arr(req(o, "sizes", path), path + ".sizes"))
+      m.sizes.push_back(sym_size(d, path + ".sizes[" + std::to_string(i++) + "]"));
+    if (auto st = field(o, "strides")) {
+      i = 0;
+      for (element d : arr(*st, path + ".strides"))
+        m.strides.push_back(sym_size(d, path + ".strides[" + std::to_string(i++) + "]"));
+    }
+    if (auto so = field(o, "storage_offset")) m.storage_offset = sym_size(*so, path);
+    else m.storage_offset.value = 0;
+    return m;
+  }
+
+  std::string tensor_name(element e, const std::string& path) const {
+    return str(req(obj(e, path), "name", path), path + ".name");
+  }
+
+  SymIntArg sym_int_arg(element e, const std::string& path) const {
+    auto [k, v] = union_of(e, path);
+    SymIntArg a;
+    if (k == "as_int") a.value = integer(v, path);
+    else if (k == "as_name") a.name = str(v, path);
+    else fail(path, "unknown SymIntArgument variant '" + std::string(k) + "'");
+    return a;
+  }
+
+  Argument argument(element e, const std::string& path) const {
+    auto [k, v] = union_of(e, path);
+    Argument a;
+    a.variant = std::string(k);
+    std::string p = path + "." + a.variant;
+    if (k == "as_none") {
+      a.kind = ArgKind::None;
+    } else if (k == "as_tensor") {
+      a.kind = ArgKind::Tensor;
+      a.name = tensor_name(v, p);
+    } else if (k == "as_tensors") {
+      a.kind = ArgKind::Tensors;
+      for (element t : arr(v, p)) a.names.push_back(tensor_name(t, p));
+    } else if (k == "as_optional_tensor") {
+      auto [ok, ov] = union_of(v, p);
+      a.kind = ok == "as_none" ? ArgKind::None : ArgKind::Tensor;
+      if (ok == "as_tensor") a.name = tensor_name(ov, p);
+    } else if (k == "as_optional_tensors") {
+      a.kind = ArgKind::OptionalTensors;
+      for (element t : arr(v, p)) {
+        auto [ok, ov] = union_of(t, p);
+        a.names.push_back(ok == "as_tensor" ? tensor_name(ov, p) : std::string());
+      }
+    } else if (k == "as_int") {
+      a.kind = ArgKind::Int;
+      a.i = integer(v, p);
+    } else if (k == "as_ints") {
+      a.kind = ArgKind::Ints;
+      for (element x : arr(v, p)) a.ints.push_back(integer(x, p));
+    } else if (k == "as_float") {
+      a.kind = ArgKind::Float;
+      a.f = number(v, p);
+    } else if (k == "as_floats") {
+      a.kind = ArgKind::Floats;
+      for (element x : arr(v, p)) a.floats.push_back(number(x, p));
+    } else if (k == "as_string") {
+      a.kind = ArgKind::String;
+      a.s = str(v, p);
+    } else if (k == "as_strings") {
+      a.kind = ArgKind::Strings;
+      for (element x : arr(v, p)) a.strings.push_back(str(x, p));
+    } else if (k == "as_bool") {
+      a.kind = ArgKind::Bool;
+      a.b = boolean(v, p);
+    } else if (k == "as_bools") {
+      a.kind = ArgKind::Bools;
+      for (element x : arr(v, p)) a.bools.push_back(boolean(x, p));
+    } else if (k == "as_sym_int") {
+      a.kind = ArgKind::SymInt;
+      a.symints.push_back(sym_int_arg(v, p));
+    } else if (k == "as_sym_ints") {
+      a.kind = ArgKind::SymInts;
+      for (element x : arr(v, p)) a.symints.push_back(sym_int_arg(x, p));
+    } else if (k == "as_sym_bool" || k == "as_sym_float") {
+      a.kind = k == "as_sym_bool" ? ArgKind::SymBool : ArgKind::SymFloat;
+      auto [sk, sv] = union_of(v, p);
+      if (sk == "as_name") a.name = str(sv, p);
+      else if (sk == "as_bool") a.b = boolean(sv, p);
+      else if (sk == "as_float") a.f = number(sv, p);
+    } else if (k == "as_scalar_type") {
+      a.kind = ArgKind::ScalarType;
+      a.i = integer(v, p);
+    } else if (k == "as_memory_format") {
+      a.kind = ArgKind::MemoryFormat;
+      a.i = integer(v, p);
+    } else if (k == "as_layout") {
+      a.kind = ArgKind::Layout;
+      a.i = integer(v, p);
+    } else if (k == "as_device") {
+      a.kind = ArgKind::Device;
+      a.s = str(req(obj(v, p), "type", p), p + ".type");
+    } else if (k == "as_graph") {
+      a.kind = ArgKind::Graph;
+    } else {
+      // as_custom_obj, as_operator, as_complex, ...: kept by variant name; a
+      // converter that needs one reports it.
+      a.kind = ArgKind::Other;
+    }
+    return a;
+  }
+
+  Node node(element e, const std::string& path) const {
+    object o = obj(e, path);
+    Node n;
+    n.target = str(req(o, "target", path), path + ".target");
+    if (auto nm = field(o, "name")) n.name = str(*nm, path + ".name");
+    std::string where = path + " (" + n.target + ")";
+    size_t i = 0;
+    for (element in : arr(req(o, "inputs", where), where + ".inputs")) {
+      std::string p = where + ".inputs[" + std::to_string(i++) + "]";
+      object io = obj(in, p);
+      NamedArgument na;
+      na.name = str(req(io, "name", p), p + ".name");
+      na.arg = argument(req(io, "arg", p), p + ".arg");
+      if (auto kd = field(io, "kind")) na.kind = static_cast<int>(integer(*kd, p + ".kind"));
+      n.inputs.push_back(std::move(na));
+    }
+    i = 0;
+    for (element out : arr(req(o, "outputs", where), where + ".outputs"))
+      n.outputs.push_back(argument(out, where + ".outputs[" + std::to_string(i++) + "]"));
+    if (auto md = field(o, "metadata")) {
+      object mo = obj(*md, where + ".metadata");
+      if (auto st = field(mo, "stack_trace")) n.stack_trace = str(*st, where + ".stack_trace");
+      if (auto ms = field(mo, "nn_module_stack"))
+        n.nn_module_stack = str(*ms, where + ".nn_module_stack");
+    }
+    if (n.name.empty()) {
+      // Older schemas have no node name: use the first output's name.
+      for (auto& out : n.outputs) {
+        if (!out.name.empty()) n.name = out.name;
+        else if (!out.names.empty()) n.name = out.names[0];
+        if (!n.name.empty()) break;
+      }
+    }
+    return n;
+  }
+
+  Graph graph(element e, const std::string& path) const {
+    object o = obj(e, path);
+    Graph g;
+    size_t i = 0;
+    for (element a : arr(req(o, "inputs", path), path + ".inputs"))
+      g.inputs.push_back(argument(a, path + ".inputs[" + std::to_string(i++) + "]"));
+    i = 0;
+    for (element a : arr(req(o, "outputs", path), path + ".outputs"))
+      g.outputs.push_back(argument(a, path + ".outputs[" + std::to_string(i++) + "]"));
+    i = 0;
+    for (element n : arr(req(o, "nodes", path), path + ".nodes"))
+      g.nodes.push_back(node(n, path + ".nodes[" + std::to_string(i++) + "]"));
+    for (auto [k, v] : obj(req(o, "tensor_values", path), path + ".tensor_values"))
+      g.tensor_values.emplace(std::string(k),
+                              tensor_meta(v, path + ".tensor_values." + std::string(k)));
+    if (auto sv = field(o, "sym_int_values"))
+      for (auto [k, v] : obj(*sv, path + ".sym_int_values"))
+        g.sym_int_values.emplace(std::string(k),
+                                 sym_size(v, path + ".sym_int_values." + std::string(k)));
+    return g;
+  }
+
+  void signature(element e, const std::string& path, Program& p) const {
+    object o = obj(e, path);
+    size_t i = 0;
+    for (element s : arr(req(o, "input_specs", path), path + ".input_specs")) {
+      std::string sp = path + ".input_specs[" + std::to_string(i++) + "]";
+      auto [k, v] = union_of(s, sp);
+      object so = obj(v, sp);
+      InputSpec in;
+      if (k == "user_input") {
+        in.kind = InputSpec::Kind::UserInput;
+        in.arg = argument(req(so, "arg", sp), sp + ".arg");
+        in.arg_name = in.arg.name;
+      } else if (k == "parameter" || k == "buffer" || k == "tensor_constant") {
+        in.kind = k == "parameter" ? InputSpec::Kind::Parameter
+                  : k == "buffer"  ? InputSpec::Kind::Buffer
+                                   : InputSpec::Kind::TensorConstant;
+        in.arg_name = tensor_name(req(so, "arg", sp), sp + ".arg");
+        std::string_view tk = k == "parameter" ? "parameter_name"
+                              : k == "buffer"  ? "buffer_name"
+                                               : "tensor_constant_name";
+        in.target = str(req(so, tk, sp), sp + "." + std::string(tk));
+        if (auto pe = field(so, "persistent")) in.persistent = boolean(*pe, sp + ".persistent");
+      } else if (k == "custom_obj") {
+        in.kind = InputSpec::Kind::CustomObj;
+        in.arg_name = str(req(obj(req(so, "arg", sp), sp), "name", sp), sp);
+      } else if (k == "token") {
+        in.kind = InputSpec::Kind::Token;
+        in.arg_name = str(req(obj(req(so, "arg", sp), sp), "name", sp), sp);
+      } else if (k == "constant_input") {
+        in.kind = InputSpec::Kind::ConstantInput;
+        in.arg_name = str(req(so, "name", sp), sp + ".name");
+        in.arg = argument(req(so, "value", sp), sp + ".value");
+      } else {
+        fail(sp, "unknown input spec kind '" + std::string(k) + "'");
+      }
+      p.input_specs.push_back(std::move(in));
+    }
+    i = 0;
+    for (element s : arr(req(o, "output_specs", path), path + ".output_specs")) {
+      std::string sp = path + ".output_specs[" + std::to_string(i++) + "]";
+      auto [k, v] = union_of(s, sp);
+      object so = obj(v, sp);
+      OutputSpec out;
+      using K = OutputSpec::Kind;
+      if (k == "user_output") out.kind = K::UserOutput;
+      else if (k == "loss_output") out.kind = K::LossOutput;
+      else if (k == "buffer_mutation") out.kind = K::BufferMutation;
+      else if (k == "user_input_mutation") out.kind = K::UserInputMutation;
+      else if (k == "gradient_to_parameter") out.kind = K::GradientToParameter;
+      else if (k == "gradient_to_user_input") out.kind = K::GradientToUserInput;
+      else if (k == "token") out.kind = K::Token;
+      else if (k == "parameter_mutation") out.kind = K::ParameterMutation;
+      else fail(sp, "unknown output spec kind '" + std::string(k) + "'");
+      if (out.kind == K::UserOutput) {
+        out.arg = argument(req(so, "arg", sp), sp + ".arg");
+      } else {
+        out.arg.kind = ArgKind::Tensor;
+        out.arg.name = tensor_name(req(so, "arg", sp), sp + ".arg");
+        for (std::string_view tk : {"buffer_name", "user_input_name", "parameter_name"})
+          if (auto t = field(so, tk)) out.target = str(*t, sp);
+      }
+      p.output_specs.push_back(std::move(out));
+    }
+  }
+
+  Program program(element root) const {
+    object o = obj(root, "$");
+    Program p;
+    object sv = obj(req(o, "schema_version", "$"), "$.schema_version");
+    p.schema_major = static_cast<int>(integer(req(sv, "major", "$.schema_version"), "major"));
+    if (auto mi = field(sv, "minor")) p.schema_minor = static_cast<int>(integer(*mi, "minor"));
+    if (p.schema_major != kSchemaMajor)
+      fail("$.schema_version.major",
+           "unsupported schema major version " + std::to_string(p.schema_major) +
+               " (this pt2onnx reads version " + std::to_string(kSchemaMajor) +
+               "); re-export with a torch release that writes schema " +
+               std::to_string(kSchemaMajor));
+    if (auto tv = field(o, "torch_version")) p.torch_version = str(*tv, "$.torch_version");
+    object gm = obj(req(o, "graph_module", "$"), "$.graph_module");
+    p.graph = graph(req(gm, "graph", "$.graph_module"), "$.graph_module.graph");
+    signature(req(gm, "signature", "$.graph_module"), "$.graph_module.signature", p);
+    if (auto rc = field(o, "range_constraints")) {
+      for (auto [k, v] : obj(*rc, "$.range_constraints")) {
+        std::string rp = "$.range_constraints." + std::string(k);
+        object ro = obj(v, rp);
+        RangeConstraint c;
+        if (auto mn = field(ro, "min_val")) c.min = integer(*mn, rp + ".min_val");
+        if (auto mx = field(ro, "max_val")) c.max = integer(*mx, rp + ".max_val");
+        p.range_constraints.emplace(std::string(k), c);
+      }
+    }
+    return p;
+  }
+
+ private:
+  std::string source_;
+};
+
+}  // namespace
+
+const Argument* Node::input(std::string_view arg_name) const {
+  for (auto& in : inputs)
+    if (in.name == arg_name) return &in.arg;
+  return nullptr;
+}
+
+std::string Node::module_path() const {
+  // "key,path,type;key,path,type": the innermost module is the last entry.
+  if (nn_module_stack.empty()) return {};
+  size_t start = nn_module_stack.rfind(';');
+  std::string last = nn_module_stack.substr(start == std::string::npos ? 0 : start + 1);
+  size_t c1 = last.find(',');
+  if (c1 == std::string::npos) return {};
+  size_t c2 = last.find(',', c1 + 1);
+  return last.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1);
+}
+
+std::string Node::source_line() const {
+  // The first "File ..., line N" frame is the user's code (torch frames follow).
+  size_t p = stack_trace.find("File \"");
+  if (p == std::string::npos) return {};
+  size_t e = stack_trace.find('\n', p);
+  std::string frame = stack_trace.substr(p, e == std::string::npos ? std::string::npos : e - p);
+  if (e != std::string::npos) {
+    size_t e2 = stack_trace.find('\n', e + 1);
+    std::string code = stack_trace.substr(e + 1, e2 == std::string::npos ? std::string::npos
+                                                                          : e2 - e - 1);
+    size_t nb = code.find_first_not_of(' ');
+    if (nb != std::string::npos && code.compare(nb, 5, "File ") != 0)
+      frame += ": " + code.substr(nb);
+  }
+  return frame;
+}
+
+Program parse_program(std::string_view json, const std::string& source) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  auto err = parser.parse(json.data(), json.size()).get(root);
+  if (err)
+    throw Error(source + ": malformed JSON: " + std::string(simdjson::error_message(err)));
+  return Reader(source).program(root);
+}
+
+}  // namespace pt2onnx::schema

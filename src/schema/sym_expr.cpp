@@ -1,0 +1,220 @@
+#include "schema/sym_expr.h"
+
+#include <cctype>
+#include <charconv>
+
+#include "pt2onnx/error.h"
+
+namespace pt2onnx::schema {
+
+namespace {
+
+class Parser {
+ public:
+  explicit Parser(std::string_view s) : s_(s) {}
+
+  SymExprPtr parse() {
+    auto e = expr();
+    skip_ws();
+    if (pos_ != s_.size()) fail("trailing characters");
+    return e;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& why) {
+    throw Error("cannot parse symbolic expression '" + std::string(s_) + "' at offset " +
+                std::to_string(pos_) + ": " + why);
+  }
+  void skip_ws() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  bool eat(char c) {
+    skip_ws();
+    if (pos_ < s_.size() && s_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  std::string ident() {
+    skip_ws();
+    size_t b = pos_;
+    while (pos_ < s_.size() &&
+           (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
+      ++pos_;
+    if (b == pos_) fail("expected a name");
+    return std::string(s_.substr(b, pos_ - b));
+  }
+  std::string quoted() {
+    skip_ws();
+    if (pos_ >= s_.size() || (s_[pos_] != '\'' && s_[pos_] != '"')) fail("expected a string");
+    char q = s_[pos_++];
+    size_t b = pos_;
+    while (pos_ < s_.size() && s_[pos_] != q) ++pos_;
+    if (pos_ >= s_.size()) fail("unterminated string");
+    return std::string(s_.substr(b, pos_++ - b));
+  }
+  std::string number() {
+    skip_ws();
+    size_t b = pos_;
+    if (pos_ < s_.size() && (s_[pos_] == '-' || s_[pos_] == '+')) ++pos_;
+    while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) ||
+                                s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
+      ++pos_;
+    if (b == pos_) fail("expected a number");
+    return std::string(s_.substr(b, pos_ - b));
+  }
+
+  SymExprPtr expr() {
+    if (++depth_ > 200) fail("expression nested too deeply");
+    auto e = std::make_shared<SymExpr>();
+    e->head = ident();
+    if (!eat('(')) fail("expected '(' after " + e->head);
+    if (e->head == "Symbol") {
+      e->text = quoted();
+      skip_kwargs();
+    } else if (e->head == "Integer") {
+      e->text = number();
+      if (!eat(')')) fail("expected ')'");
+    } else if (e->head == "Float") {
+      skip_ws();
+      e->text = (pos_ < s_.size() && (s_[pos_] == '\'' || s_[pos_] == '"')) ? quoted() : number();
+      skip_kwargs();
+    } else {
+      skip_ws();
+      if (!eat(')')) {
+        do {
+          skip_ws();
+          // keyword argument (evaluate=False, ...) or a nested expression
+          size_t save = pos_;
+          std::string name = ident();
+          skip_ws();
+          if (pos_ < s_.size() && s_[pos_] == '=') {
+            ++pos_;
+            skip_value();
+            continue;
+          }
+          pos_ = save;
+          if (std::isdigit(static_cast<unsigned char>(name[0]))) fail("bare number");
+          e->args.push_back(expr());
+        } while (eat(','));
+        if (!eat(')')) fail("expected ')' closing " + e->head);
+      }
+    }
+    --depth_;
+    return e;
+  }
+  void skip_value() {
+    skip_ws();
+    if (pos_ < s_.size() && (s_[pos_] == '\'' || s_[pos_] == '"')) quoted();
+    else ident();
+  }
+  void skip_kwargs() {
+    while (eat(',')) {
+      ident();
+      if (!eat('=')) fail("expected '='");
+      skip_value();
+    }
+    if (!eat(')')) fail("expected ')'");
+  }
+
+  std::string_view s_;
+  size_t pos_ = 0;
+  int depth_ = 0;
+};
+
+bool is_neg_one(const SymExpr& e) { return e.is_integer() && e.text == "-1"; }
+
+}  // namespace
+
+SymExprPtr parse_sym_expr(std::string_view s) { return Parser(s).parse(); }
+
+std::string SymExpr::render(const std::map<std::string, std::string>& names) const {
+  if (head == "Symbol") {
+    auto it = names.find(text);
+    return it == names.end() ? text : it->second;
+  }
+  if (head == "Integer" || head == "Float") return text;
+  auto sub = [&](size_t i) {
+    const SymExpr& a = *args[i];
+    std::string r = a.render(names);
+    if (a.head == "Add" || (head == "Pow" && a.head == "Mul")) return "(" + r + ")";
+    return r;
+  };
+  if (head == "Add") {
+    std::string r;
+    for (size_t i = 0; i < args.size(); ++i) {
+      std::string t = sub(i);
+      if (i && !t.empty() && t[0] == '-') r += " - " + t.substr(1);
+      else r += (i ? " + " : "") + t;
+    }
+    return r;
+  }
+  if (head == "Mul") {
+    std::string r;
+    size_t start = 0;
+    if (!args.empty() && is_neg_one(*args[0])) {
+      r = "-";
+      start = 1;
+    }
+    for (size_t i = start; i < args.size(); ++i) r += (i > start ? "*" : "") + sub(i);
+    return r;
+  }
+  if (head == "Pow" && args.size() == 2) return sub(0) + "^" + sub(1);
+  if (head == "FloorDiv" && args.size() == 2) return "floor(" + sub(0) + "/" + sub(1) + ")";
+  if (head == "Mod" && args.size() == 2) return sub(0) + " mod " + sub(1);
+  std::string r = head + "(";
+  for (size_t i = 0; i < args.size(); ++i) r += (i ? ", " : "") + args[i]->render(names);
+  return r + ")";
+}
+
+std::optional<int64_t> SymExpr::eval(const std::map<std::string, int64_t>& env) const {
+  if (head == "Symbol") {
+    auto it = env.find(text);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  }
+  if (head == "Integer") {
+    int64_t v = 0;
+    auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (r.ec != std::errc()) return std::nullopt;
+    return v;
+  }
+  std::vector<int64_t> v;
+  for (auto& a : args) {
+    auto x = a->eval(env);
+    if (!x) return std::nullopt;
+    v.push_back(*x);
+  }
+  auto floordiv = [](int64_t a, int64_t b) -> std::optional<int64_t> {
+    if (b == 0) return std::nullopt;
+    int64_t q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+    return q;
+  };
+  if (head == "Add") {
+    int64_t s = 0;
+    for (auto x : v) s += x;
+    return s;
+  }
+  if (head == "Mul") {
+    int64_t s = 1;
+    for (auto x : v) s *= x;
+    return s;
+  }
+  if (head == "FloorDiv" && v.size() == 2) return floordiv(v[0], v[1]);
+  if (head == "Mod" && v.size() == 2 && v[1] != 0) return v[0] - *floordiv(v[0], v[1]) * v[1];
+  if (head == "Pow" && v.size() == 2 && v[1] >= 0) {
+    int64_t r = 1;
+    for (int64_t i = 0; i < v[1]; ++i) r *= v[0];
+    return r;
+  }
+  if ((head == "Max" || head == "Min") && !v.empty()) {
+    int64_t r = v[0];
+    for (auto x : v) r = head == "Max" ? std::max(r, x) : std::min(r, x);
+    return r;
+  }
+  return std::nullopt;
+}
+
+}  // namespace pt2onnx::schema
