@@ -33,11 +33,11 @@ struct Options {
 
 // A view of one weight tensor owned by the caller (alive until convert returns).
 struct WeightView {
-  const void* data = nullptr;      // address of element [0, 0, ...]
-  std::string dtype;               // torch spelling: "float32", "torch.int64", ...
+  const void* data = nullptr;  // address of element [0, 0, ...]
+  std::string dtype;           // torch spelling: "float32", "torch.int64", ...
   std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;    // elements; empty = contiguous
-  uint64_t available_bytes = 0;    // readable bytes from `data` on
+  std::vector<int64_t> strides;  // elements; empty = contiguous
+  uint64_t available_bytes = 0;  // readable bytes from `data` on
 };
 
 using Weights = std::unordered_map<std::string, WeightView>;  // keyed by FQN

@@ -89,8 +89,7 @@ void register_activation(Registry& r) {
   r.add(p + "relu6.default", relu6);
   r.add(p + "gelu.default", gelu);
   r.add(p + "silu.default", silu);
-  for (const char* o : {"softmax.int", "_softmax.default"})
-    r.add(p + o, softmax);
+  for (const char* o : {"softmax.int", "_softmax.default"}) r.add(p + o, softmax);
   for (const char* o : {"log_softmax.int", "_log_softmax.default"}) r.add(p + o, log_softmax);
 }
 

@@ -65,13 +65,25 @@ void sdpa(Ctx& c) {
     }
   }
   if (c.flag("is_causal", false)) {
-    // mask[i, j] = j <= i over (L, S): Range over both lengths.
-    std::string l = c.squeeze(c.dim_value(q, -2), {0});
-    std::string s = c.squeeze(c.dim_value(k, -2), {0});
-    std::string zero = c.b.scalar_i64(0), one = c.b.scalar_i64(1);
-    std::string rows = c.unsqueeze(c.b.op("Range", {zero, l, one}), {1});
-    std::string cols = c.unsqueeze(c.b.op("Range", {zero, s, one}), {0});
-    std::string causal = c.b.op("LessOrEqual", {cols, rows});
+    // mask[i, j] = j <= i over (L, S), built once per pair of lengths.
+    const Dim& ld = qs[r - 2];
+    const Dim& sd = ks[ks.size() - 2];
+    std::string key;
+    if (!ld.is_unknown() && !sd.is_unknown())
+      key = "causal:" + (ld.is_static() ? std::to_string(ld.value) : ld.sym) + "," +
+            (sd.is_static() ? std::to_string(sd.value) : sd.sym);
+    std::string causal;
+    if (auto it = c.env.cache.find(key); !key.empty() && it != c.env.cache.end()) {
+      causal = it->second;
+    } else {
+      std::string l = c.squeeze(c.dim_value(q, -2), {0});
+      std::string s = c.squeeze(c.dim_value(k, -2), {0});
+      std::string zero = c.b.scalar_i64(0), one = c.b.scalar_i64(1);
+      std::string rows = c.unsqueeze(c.b.op("Range", {zero, l, one}), {1});
+      std::string cols = c.unsqueeze(c.b.op("Range", {zero, s, one}), {0});
+      causal = c.b.op("LessOrEqual", {cols, rows});
+      if (!key.empty()) c.env.cache.emplace(key, causal);
+    }
     scores = c.b.op("Where", {causal, scores, c.b.scalar(t, -INFINITY)});
   }
   std::string p = c.b.op("Softmax", {scores}, {Attr::Int("axis", -1)});

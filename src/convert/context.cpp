@@ -25,8 +25,8 @@ std::string Ctx::tensor(std::string_view name) const {
   if (a->kind != ArgKind::Tensor)
     fail("argument '" + std::string(name) + "' is " + a->variant + ", expected a tensor");
   auto it = env.values.find(a->name);
-  if (it == env.values.end()) fail("argument '" + std::string(name) + "' uses undefined value '" +
-                                   a->name + "'");
+  if (it == env.values.end())
+    fail("argument '" + std::string(name) + "' uses undefined value '" + a->name + "'");
   return it->second;
 }
 
@@ -46,7 +46,8 @@ std::vector<std::string> Ctx::tensors(std::string_view name) const {
       continue;
     }
     auto it = env.values.find(n);
-    if (it == env.values.end()) fail("argument '" + std::string(name) + "' uses undefined '" + n + "'");
+    if (it == env.values.end())
+      fail("argument '" + std::string(name) + "' uses undefined '" + n + "'");
     r.push_back(it->second);
   }
   return r;
@@ -124,15 +125,19 @@ std::optional<double> Ctx::scalar_value(std::string_view name) const {
   const Argument* a = arg(name);
   if (!a) return std::nullopt;
   switch (a->kind) {
-    case ArgKind::Float: return a->f;
-    case ArgKind::Int: return static_cast<double>(a->i);
-    case ArgKind::Bool: return a->b ? 1.0 : 0.0;
+    case ArgKind::Float:
+      return a->f;
+    case ArgKind::Int:
+      return static_cast<double>(a->i);
+    case ArgKind::Bool:
+      return a->b ? 1.0 : 0.0;
     case ArgKind::SymInt: {
       auto c = symint_const(a->symints[0]);
       if (c) return static_cast<double>(*c);
       return std::nullopt;
     }
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -146,12 +151,16 @@ std::pair<DType, int> Ctx::operand_class(std::string_view name) const {
       return {it->second.dtype, it->second.sizes.empty() ? 1 : 2};
     }
     case ArgKind::Float:
-    case ArgKind::SymFloat: return {DType::Double, 0};
+    case ArgKind::SymFloat:
+      return {DType::Double, 0};
     case ArgKind::Int:
-    case ArgKind::SymInt: return {DType::Int64, 0};
+    case ArgKind::SymInt:
+      return {DType::Int64, 0};
     case ArgKind::Bool:
-    case ArgKind::SymBool: return {DType::Bool, 0};
-    default: fail("argument '" + std::string(name) + "' is " + a->variant + ", expected a number");
+    case ArgKind::SymBool:
+      return {DType::Bool, 0};
+    default:
+      fail("argument '" + std::string(name) + "' is " + a->variant + ", expected a number");
   }
 }
 
@@ -274,6 +283,8 @@ void Ctx::set_output(size_t i, const std::string& value) {
          fx + "' where torch records " + std::string(dtype_name(meta->second.dtype)));
   if (value != fx && !b.is_used(fx) && b.rename_output(value, fx, first_node)) {
     env.values[fx] = fx;
+    for (auto& [k, v] : env.cache)
+      if (v == value) v = fx;
     if (meta != prog.graph.tensor_values.end()) b.set_type(fx, meta_type(meta->second));
     return;
   }
@@ -291,7 +302,13 @@ std::string Ctx::dim_value(const std::string& v, int64_t axis) {
   axis = norm_axis(axis, t.shape->size());
   const Dim& d = (*t.shape)[static_cast<size_t>(axis)];
   if (d.is_static()) return b.const_i64({d.value});
-  return b.op("Shape", {v}, {Attr::Int("start", axis), Attr::Int("end", axis + 1)});
+  // One Shape read per symbolic size for the whole graph.
+  std::string key = d.sym.empty() ? std::string() : "dim:" + d.sym;
+  if (!key.empty())
+    if (auto it = env.cache.find(key); it != env.cache.end()) return it->second;
+  std::string r = b.op("Shape", {v}, {Attr::Int("start", axis), Attr::Int("end", axis + 1)});
+  if (!key.empty()) env.cache.emplace(key, r);
+  return r;
 }
 
 std::string Ctx::unsqueeze(const std::string& v, const std::vector<int64_t>& axes) {

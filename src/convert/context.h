@@ -17,6 +17,9 @@ namespace pt2onnx {
 struct Env {
   std::unordered_map<std::string, std::string> values;
   std::map<std::string, std::string> symbol_names;  // sympy symbol -> dim_param
+  // Values computed once and reused by later nodes (the graph is in
+  // topological order): runtime sizes per symbolic dim, causal masks, ...
+  std::unordered_map<std::string, std::string> cache;
 };
 
 class Ctx {
@@ -84,8 +87,8 @@ class Ctx {
   std::string transpose(const std::string& v, const std::vector<int64_t>& perm);
   std::string reshape(const std::string& v, const std::string& shape);
   // ReduceX with axes as attribute or input, as the opset wants.
-  std::string reduce(const std::string& op, const std::string& v,
-                     const std::vector<int64_t>& axes, bool keepdims);
+  std::string reduce(const std::string& op, const std::string& v, const std::vector<int64_t>& axes,
+                     bool keepdims);
   static int64_t norm_axis(int64_t axis, size_t rank) {
     return axis < 0 ? axis + static_cast<int64_t>(rank) : axis;
   }

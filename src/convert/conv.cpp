@@ -60,9 +60,8 @@ void convolution(Ctx& c) {
   size_t n = c.rank(w) - 2;
   auto pad = c.ints("padding", {0});
   pad = per_dim(pad, n, "padding", c);
-  emit_conv(c, x, w, c.opt_tensor("bias"), c.ints("stride", {1}), pad, pad,
-            c.ints("dilation", {1}), c.i("groups", 1), c.flag("transposed", false),
-            c.ints("output_padding", {0}));
+  emit_conv(c, x, w, c.opt_tensor("bias"), c.ints("stride", {1}), pad, pad, c.ints("dilation", {1}),
+            c.i("groups", 1), c.flag("transposed", false), c.ints("output_padding", {0}));
 }
 
 void conv_nd(Ctx& c) {
@@ -93,8 +92,8 @@ void conv_transpose_nd(Ctx& c) {
   std::string x = c.tensor("input"), w = c.tensor("weight");
   size_t n = c.rank(w) - 2;
   auto pad = per_dim(c.ints("padding", {0}), n, "padding", c);
-  emit_conv(c, x, w, c.opt_tensor("bias"), c.ints("stride", {1}), pad, pad,
-            c.ints("dilation", {1}), c.i("groups", 1), true, c.ints("output_padding", {0}));
+  emit_conv(c, x, w, c.opt_tensor("bias"), c.ints("stride", {1}), pad, pad, c.ints("dilation", {1}),
+            c.i("groups", 1), true, c.ints("output_padding", {0}));
 }
 
 }  // namespace

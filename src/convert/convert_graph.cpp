@@ -40,8 +40,8 @@ void check_supported(const schema::Program& prog, int opset) {
   os << missing.size() << " operator" << (missing.size() > 1 ? "s are" : " is")
      << " not supported at opset " << opset << ":";
   for (auto& [t, m] : missing) {
-    os << "\n  " << t << " (" << m.count << " node" << (m.count > 1 ? "s" : "")
-       << "), first at " << m.where;
+    os << "\n  " << t << " (" << m.count << " node" << (m.count > 1 ? "s" : "") << "), first at "
+       << m.where;
     if (m.needs_opset > opset) os << " [converts from opset " << m.needs_opset << "]";
   }
   os << "\nNo file was written. Rewrite these ops in the model, or ask for them in an issue.";
@@ -65,7 +65,10 @@ std::string describe_node(const schema::Node& n, const GraphBuilder& b, const En
       os << "[";
       for (size_t i = 0; i < t.shape->size(); ++i) {
         const Dim& d = (*t.shape)[i];
-        os << (i ? ", " : "") << (d.is_static() ? std::to_string(d.value) : d.sym.empty() ? "?" : d.sym);
+        os << (i ? ", " : "")
+           << (d.is_static()   ? std::to_string(d.value)
+               : d.sym.empty() ? "?"
+                               : d.sym);
       }
       os << "]";
     }
@@ -77,9 +80,7 @@ std::string describe_node(const schema::Node& n, const GraphBuilder& b, const En
 void check_weight(const std::string& fqn, const WeightView& w, const schema::TensorMeta& m,
                   const Ctx& ctx) {
   DType t = dtype_from_torch_name(w.dtype);
-  auto bad = [&](const std::string& why) {
-    throw Error("weight '" + fqn + "': " + why);
-  };
+  auto bad = [&](const std::string& why) { throw Error("weight '" + fqn + "': " + why); };
   if (t != m.dtype)
     bad("dtype is " + w.dtype + " but the program records " + std::string(dtype_name(m.dtype)));
   if (w.sizes.size() != m.sizes.size()) bad("rank differs from the program's metadata");
@@ -192,8 +193,8 @@ Graph convert_graph(const schema::Program& prog, const Weights& weights, const O
         auto meta = prog.graph.tensor_values.find(spec.arg_name);
         if (meta == prog.graph.tensor_values.end())
           throw Error("program has no metadata for input '" + spec.arg_name + "'");
-        std::string name = user_index < opt.input_names.size() ? opt.input_names[user_index]
-                                                              : spec.arg_name;
+        std::string name =
+            user_index < opt.input_names.size() ? opt.input_names[user_index] : spec.arg_name;
         if (b.name_taken(name) && name != spec.arg_name)
           throw Error("input name '" + name + "' clashes with another value of the graph");
         b.add_input(name, top.meta_type(meta->second));

@@ -16,15 +16,32 @@ std::optional<TensorData> one_element(DType t, double v) {
   std::vector<uint8_t> b(dtype_size(t));
   auto put = [&](auto x) { std::memcpy(b.data(), &x, sizeof x); };
   switch (t) {
-    case DType::Float: put(static_cast<float>(v)); break;
-    case DType::Double: put(v); break;
-    case DType::Int64: put(static_cast<int64_t>(v)); break;
-    case DType::Int32: put(static_cast<int32_t>(v)); break;
-    case DType::Int16: put(static_cast<int16_t>(v)); break;
-    case DType::Int8: put(static_cast<int8_t>(v)); break;
-    case DType::UInt8: put(static_cast<uint8_t>(v)); break;
-    case DType::Bool: put(static_cast<uint8_t>(v != 0)); break;
-    default: return std::nullopt;
+    case DType::Float:
+      put(static_cast<float>(v));
+      break;
+    case DType::Double:
+      put(v);
+      break;
+    case DType::Int64:
+      put(static_cast<int64_t>(v));
+      break;
+    case DType::Int32:
+      put(static_cast<int32_t>(v));
+      break;
+    case DType::Int16:
+      put(static_cast<int16_t>(v));
+      break;
+    case DType::Int8:
+      put(static_cast<int8_t>(v));
+      break;
+    case DType::UInt8:
+      put(static_cast<uint8_t>(v));
+      break;
+    case DType::Bool:
+      put(static_cast<uint8_t>(v != 0));
+      break;
+    default:
+      return std::nullopt;
   }
   return TensorData::from_bytes(t, {1}, std::move(b));
 }
@@ -51,8 +68,12 @@ void full(Ctx& c) {
   std::string shape = c.shape_tensor(c.symints("size"));
   c.set_output(0, fill(c, shape, c.out_dtype(), "fill_value", c.scalar_value("fill_value")));
 }
-void zeros(Ctx& c) { c.set_output(0, fill(c, c.shape_tensor(c.symints("size")), c.out_dtype(), "", 0.0)); }
-void ones(Ctx& c) { c.set_output(0, fill(c, c.shape_tensor(c.symints("size")), c.out_dtype(), "", 1.0)); }
+void zeros(Ctx& c) {
+  c.set_output(0, fill(c, c.shape_tensor(c.symints("size")), c.out_dtype(), "", 0.0));
+}
+void ones(Ctx& c) {
+  c.set_output(0, fill(c, c.shape_tensor(c.symints("size")), c.out_dtype(), "", 1.0));
+}
 
 void full_like(Ctx& c) {
   std::string shape = shape_of_like(c, c.tensor("self"));
@@ -92,10 +113,11 @@ void arange(Ctx& c) {
     if (*step == 0) c.fail("arange step is zero");
     int64_t n = static_cast<int64_t>(std::ceil((*end - *start) / *step));
     if (n < 0) n = 0;
-    if (n <= 4096 && (t == DType::Int64 || t == DType::Float || t == DType::Int32 ||
-                      t == DType::Double)) {
+    if (n <= 4096 &&
+        (t == DType::Int64 || t == DType::Float || t == DType::Int32 || t == DType::Double)) {
       std::vector<double> v(static_cast<size_t>(n));
-      for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(k)] = *start + static_cast<double>(k) * *step;
+      for (int64_t k = 0; k < n; ++k)
+        v[static_cast<size_t>(k)] = *start + static_cast<double>(k) * *step;
       TensorData d;
       if (t == DType::Int64) {
         std::vector<int64_t> iv(v.begin(), v.end());
@@ -146,7 +168,8 @@ void register_creation(Registry& r) {
   for (const char* o : {"new_zeros.default", "new_empty.default"}) r.add(p + o, new_zeros);
   r.add(p + "new_ones.default", new_ones);
   r.add(p + "scalar_tensor.default", scalar_tensor);
-  for (const char* o : {"arange.default", "arange.start", "arange.start_step"}) r.add(p + o, arange);
+  for (const char* o : {"arange.default", "arange.start", "arange.start_step"})
+    r.add(p + o, arange);
   for (const char* o : {"eye.default", "eye.m"}) r.add(p + o, eye);
 }
 

@@ -228,8 +228,7 @@ void register_elementwise(Registry& r) {
     r.add(p + o, where);
   for (const char* o : {"masked_fill.Scalar", "masked_fill.Tensor"}) r.add(p + o, masked_fill);
   for (const char* o : {"clamp.default", "clamp.Tensor", "clip.default"}) r.add(p + o, clamp);
-  for (const char* o : {"to.dtype", "to.dtype_layout", "to.device", "_to_copy.default",
-                        "to.other"})
+  for (const char* o : {"to.dtype", "to.dtype_layout", "to.device", "_to_copy.default", "to.other"})
     r.add(p + o, to_dtype);
   r.add(p + "type_as.default", type_as);
 }

@@ -21,9 +21,8 @@ void slice(Ctx& c) {
   auto start_c = (!start || start->kind == schema::ArgKind::None)
                      ? std::optional<int64_t>(0)
                      : c.symint_const(c.symints("start")[0]);
-  auto end_c = (!end || end->kind == schema::ArgKind::None)
-                   ? std::optional<int64_t>(INT64_MAX)
-                   : c.symint_const(c.symints("end")[0]);
+  auto end_c = (!end || end->kind == schema::ArgKind::None) ? std::optional<int64_t>(INT64_MAX)
+                                                            : c.symint_const(c.symints("end")[0]);
   const Dim& d = (*c.type(x).shape)[static_cast<size_t>(axis)];
   // The whole axis: no Slice at all.
   if (step == 1 && start_c && *start_c == 0 && end_c &&

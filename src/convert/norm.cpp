@@ -26,8 +26,8 @@ void emit_batch_norm(Ctx& c, bool training) {
   float eps = static_cast<float>(c.f("eps", 1e-5));
   bool unbatched = c.rank(x) == 1;
   if (unbatched) x = c.unsqueeze(x, {0});
-  std::string y = c.b.op("BatchNormalization", {x, w, bias, mean, var},
-                         {Attr::Float("epsilon", eps)});
+  std::string y =
+      c.b.op("BatchNormalization", {x, w, bias, mean, var}, {Attr::Float("epsilon", eps)});
   if (unbatched) y = c.squeeze(y, {0});
   c.set_output(0, y);
 }

@@ -13,8 +13,8 @@ std::vector<int64_t> expand(std::vector<int64_t> v, size_t n) {
 }
 
 // Pools that accept an unbatched input (C, spatial...) get a batch axis.
-std::string pool(Ctx& c, const std::string& op, std::string x, size_t n,
-                 std::vector<Attr> attrs, size_t n_outputs = 1) {
+std::string pool(Ctx& c, const std::string& op, std::string x, size_t n, std::vector<Attr> attrs,
+                 size_t n_outputs = 1) {
   bool unbatched = c.rank(x) == n + 1;
   ValueType out = c.out_type();  // torch's output shape (pool arithmetic done once, by torch)
   if (unbatched) {
@@ -54,11 +54,10 @@ void avg_pool(Ctx& c, size_t n) {
   if (c.has("divisor_override")) c.fail("avg_pool with divisor_override is not converted");
   std::vector<int64_t> pads = pad;
   pads.insert(pads.end(), pad.begin(), pad.end());
-  std::vector<Attr> attrs{Attr::Ints("kernel_shape", kernel), Attr::Ints("strides", stride),
-                          Attr::Ints("pads", pads),
-                          Attr::Int("ceil_mode", c.flag("ceil_mode", false) ? 1 : 0),
-                          Attr::Int("count_include_pad",
-                                    c.flag("count_include_pad", true) ? 1 : 0)};
+  std::vector<Attr> attrs{
+      Attr::Ints("kernel_shape", kernel), Attr::Ints("strides", stride), Attr::Ints("pads", pads),
+      Attr::Int("ceil_mode", c.flag("ceil_mode", false) ? 1 : 0),
+      Attr::Int("count_include_pad", c.flag("count_include_pad", true) ? 1 : 0)};
   c.set_output(0, pool(c, "AveragePool", x, n, attrs));
 }
 void avg_pool1d(Ctx& c) { avg_pool(c, 1); }
@@ -103,9 +102,9 @@ void register_pool(Registry& r) {
   r.add(p + "avg_pool1d.default", avg_pool1d);
   r.add(p + "avg_pool2d.default", avg_pool2d);
   r.add(p + "avg_pool3d.default", avg_pool3d);
-  for (const char* o : {"adaptive_avg_pool1d.default", "adaptive_avg_pool2d.default",
-                        "adaptive_avg_pool3d.default", "_adaptive_avg_pool2d.default",
-                        "_adaptive_avg_pool3d.default"})
+  for (const char* o :
+       {"adaptive_avg_pool1d.default", "adaptive_avg_pool2d.default", "adaptive_avg_pool3d.default",
+        "_adaptive_avg_pool2d.default", "_adaptive_avg_pool3d.default"})
     r.add(p + o, adaptive_avg_pool);
 }
 

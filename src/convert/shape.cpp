@@ -115,8 +115,10 @@ void squeeze(Ctx& c) {
   std::string x = c.tensor("self");
   const Shape& s = *c.type(x).shape;
   std::vector<int64_t> dims;
-  if (c.arg("dim")) dims = {c.i("dim")};
-  else if (c.arg("dims")) dims = c.ints("dims", {});
+  if (c.arg("dim"))
+    dims = {c.i("dim")};
+  else if (c.arg("dims"))
+    dims = c.ints("dims", {});
   else
     for (size_t k = 0; k < s.size(); ++k) dims.push_back(static_cast<int64_t>(k));
   // torch squeezes only dims of size 1; others are left alone.
@@ -173,8 +175,7 @@ void split(Ctx& c) {
     types.push_back(std::move(t));
   }
   if (n == 1) return c.set_output(0, x);
-  auto outs = c.b.add_node("Split", {x, c.b.const_i64(sizes)}, n, {Attr::Int("axis", axis)},
-                           types);
+  auto outs = c.b.add_node("Split", {x, c.b.const_i64(sizes)}, n, {Attr::Int("axis", axis)}, types);
   for (size_t k = 0; k < n; ++k) c.set_output(k, outs[k]);
 }
 
@@ -189,11 +190,14 @@ void expand(Ctx& c) {
   std::vector<schema::SymIntArg> target;
   size_t lead = od.size() - in.size();
   for (size_t k = 0; k < od.size(); ++k) {
-    bool keep = k >= lead && (in[k - lead].same_as(od[k]) ||
-                              (sizes[k].value && *sizes[k].value == -1));
-    if (keep) target.push_back(schema::SymIntArg{1, {}});
-    else if (od[k].is_static()) target.push_back(schema::SymIntArg{od[k].value, {}});
-    else target.push_back(sizes[k]);
+    bool keep =
+        k >= lead && (in[k - lead].same_as(od[k]) || (sizes[k].value && *sizes[k].value == -1));
+    if (keep)
+      target.push_back(schema::SymIntArg{1, {}});
+    else if (od[k].is_static())
+      target.push_back(schema::SymIntArg{od[k].value, {}});
+    else
+      target.push_back(sizes[k]);
   }
   if (in == od) return c.set_output(0, x);
   c.set_output(0, c.b.op("Expand", {x, c.shape_tensor(target)}, {}, out));

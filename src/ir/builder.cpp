@@ -20,8 +20,7 @@ std::string GraphBuilder::fresh_name(const std::string& base) {
   return n;
 }
 
-void GraphBuilder::set_origin(std::string fx_node, std::string fx_target,
-                              std::string module_path) {
+void GraphBuilder::set_origin(std::string fx_node, std::string fx_target, std::string module_path) {
   fx_node_ = std::move(fx_node);
   fx_target_ = std::move(fx_target);
   module_path_ = std::move(module_path);
@@ -33,8 +32,8 @@ std::string GraphBuilder::node_name(const std::string& op) {
 }
 
 std::vector<std::string> GraphBuilder::add_node(const std::string& op,
-                                                std::vector<std::string> inputs,
-                                                size_t n_outputs, std::vector<Attr> attrs,
+                                                std::vector<std::string> inputs, size_t n_outputs,
+                                                std::vector<Attr> attrs,
                                                 std::vector<ValueType> out_types,
                                                 const std::string& domain) {
   for (auto& in : inputs)
@@ -108,24 +107,39 @@ std::string GraphBuilder::scalar(DType t, double v) {
   std::vector<uint8_t> b(dtype_size(t));
   auto put = [&](auto x) { std::memcpy(b.data(), &x, sizeof x); };
   switch (t) {
-    case DType::Float: put(static_cast<float>(v)); break;
-    case DType::Double: put(v); break;
-    case DType::Int64: put(static_cast<int64_t>(v)); break;
-    case DType::Int32: put(static_cast<int32_t>(v)); break;
-    case DType::Int16: put(static_cast<int16_t>(v)); break;
-    case DType::Int8: put(static_cast<int8_t>(v)); break;
-    case DType::UInt8: put(static_cast<uint8_t>(v)); break;
-    case DType::Bool: put(static_cast<uint8_t>(v != 0)); break;
+    case DType::Float:
+      put(static_cast<float>(v));
+      break;
+    case DType::Double:
+      put(v);
+      break;
+    case DType::Int64:
+      put(static_cast<int64_t>(v));
+      break;
+    case DType::Int32:
+      put(static_cast<int32_t>(v));
+      break;
+    case DType::Int16:
+      put(static_cast<int16_t>(v));
+      break;
+    case DType::Int8:
+      put(static_cast<int8_t>(v));
+      break;
+    case DType::UInt8:
+      put(static_cast<uint8_t>(v));
+      break;
+    case DType::Bool:
+      put(static_cast<uint8_t>(v != 0));
+      break;
     case DType::Float16:
     case DType::BFloat16: {
       // Make it in float32 and let a Cast produce the 16-bit value exactly as
       // the runtime would round it.
       std::string f = scalar(DType::Float, v);
-      return op("Cast", {f}, {Attr::Int("to", static_cast<int64_t>(t))},
-                ValueType{t, Shape{}});
+      return op("Cast", {f}, {Attr::Int("to", static_cast<int64_t>(t))}, ValueType{t, Shape{}});
     }
-    default: throw Error("internal: cannot make a scalar constant of type " +
-                         std::string(dtype_name(t)));
+    default:
+      throw Error("internal: cannot make a scalar constant of type " + std::string(dtype_name(t)));
   }
   return constant(TensorData::from_bytes(t, {}, std::move(b)));
 }

@@ -87,7 +87,6 @@ class GraphBuilder {
 std::vector<ValueType> infer_types(const GraphBuilder& b, const Node& n);
 
 // Broadcast of two shapes, numpy rules, symbolic dims compared by expression.
-std::optional<Shape> broadcast_shapes(const std::optional<Shape>& a,
-                                      const std::optional<Shape>& b);
+std::optional<Shape> broadcast_shapes(const std::optional<Shape>& a, const std::optional<Shape>& b);
 
 }  // namespace pt2onnx

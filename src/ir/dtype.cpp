@@ -7,52 +7,90 @@ namespace pt2onnx {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::Float: return 4;
-    case DType::UInt8: return 1;
-    case DType::Int8: return 1;
-    case DType::UInt16: return 2;
-    case DType::Int16: return 2;
-    case DType::Int32: return 4;
-    case DType::Int64: return 8;
-    case DType::Bool: return 1;
-    case DType::Float16: return 2;
-    case DType::Double: return 8;
-    case DType::UInt32: return 4;
-    case DType::UInt64: return 8;
-    case DType::Complex64: return 8;
-    case DType::Complex128: return 16;
-    case DType::BFloat16: return 2;
+    case DType::Float:
+      return 4;
+    case DType::UInt8:
+      return 1;
+    case DType::Int8:
+      return 1;
+    case DType::UInt16:
+      return 2;
+    case DType::Int16:
+      return 2;
+    case DType::Int32:
+      return 4;
+    case DType::Int64:
+      return 8;
+    case DType::Bool:
+      return 1;
+    case DType::Float16:
+      return 2;
+    case DType::Double:
+      return 8;
+    case DType::UInt32:
+      return 4;
+    case DType::UInt64:
+      return 8;
+    case DType::Complex64:
+      return 8;
+    case DType::Complex128:
+      return 16;
+    case DType::BFloat16:
+      return 2;
     case DType::Float8E4M3FN:
     case DType::Float8E4M3FNUZ:
     case DType::Float8E5M2:
-    case DType::Float8E5M2FNUZ: return 1;
-    default: return 0;
+    case DType::Float8E5M2FNUZ:
+      return 1;
+    default:
+      return 0;
   }
 }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::Float: return "float32";
-    case DType::UInt8: return "uint8";
-    case DType::Int8: return "int8";
-    case DType::UInt16: return "uint16";
-    case DType::Int16: return "int16";
-    case DType::Int32: return "int32";
-    case DType::Int64: return "int64";
-    case DType::String: return "string";
-    case DType::Bool: return "bool";
-    case DType::Float16: return "float16";
-    case DType::Double: return "float64";
-    case DType::UInt32: return "uint32";
-    case DType::UInt64: return "uint64";
-    case DType::Complex64: return "complex64";
-    case DType::Complex128: return "complex128";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Float8E4M3FN: return "float8_e4m3fn";
-    case DType::Float8E4M3FNUZ: return "float8_e4m3fnuz";
-    case DType::Float8E5M2: return "float8_e5m2";
-    case DType::Float8E5M2FNUZ: return "float8_e5m2fnuz";
-    default: return "undefined";
+    case DType::Float:
+      return "float32";
+    case DType::UInt8:
+      return "uint8";
+    case DType::Int8:
+      return "int8";
+    case DType::UInt16:
+      return "uint16";
+    case DType::Int16:
+      return "int16";
+    case DType::Int32:
+      return "int32";
+    case DType::Int64:
+      return "int64";
+    case DType::String:
+      return "string";
+    case DType::Bool:
+      return "bool";
+    case DType::Float16:
+      return "float16";
+    case DType::Double:
+      return "float64";
+    case DType::UInt32:
+      return "uint32";
+    case DType::UInt64:
+      return "uint64";
+    case DType::Complex64:
+      return "complex64";
+    case DType::Complex128:
+      return "complex128";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Float8E4M3FN:
+      return "float8_e4m3fn";
+    case DType::Float8E4M3FNUZ:
+      return "float8_e4m3fnuz";
+    case DType::Float8E5M2:
+      return "float8_e5m2";
+    case DType::Float8E5M2FNUZ:
+      return "float8_e5m2fnuz";
+    default:
+      return "undefined";
   }
 }
 
@@ -65,8 +103,10 @@ bool is_floating(DType t) {
     case DType::Float8E4M3FN:
     case DType::Float8E4M3FNUZ:
     case DType::Float8E5M2:
-    case DType::Float8E5M2FNUZ: return true;
-    default: return false;
+    case DType::Float8E5M2FNUZ:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -79,8 +119,10 @@ bool is_integral(DType t) {
     case DType::Int32:
     case DType::Int64:
     case DType::UInt32:
-    case DType::UInt64: return true;
-    default: return false;
+    case DType::UInt64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -89,42 +131,72 @@ bool is_complex(DType t) { return t == DType::Complex64 || t == DType::Complex12
 DType dtype_from_schema(int64_t s) {
   // Table from torch/_export/serde/schema.py ScalarType.
   switch (s) {
-    case 1: return DType::UInt8;
-    case 2: return DType::Int8;
-    case 3: return DType::Int16;
-    case 4: return DType::Int32;
-    case 5: return DType::Int64;
-    case 6: return DType::Float16;
-    case 7: return DType::Float;
-    case 8: return DType::Double;
-    case 10: return DType::Complex64;
-    case 11: return DType::Complex128;
-    case 12: return DType::Bool;
-    case 13: return DType::BFloat16;
-    case 28: return DType::UInt16;
-    case 29: return DType::Float8E4M3FN;
-    case 30: return DType::Float8E5M2;
-    case 31: return DType::Float8E4M3FNUZ;
-    case 32: return DType::Float8E5M2FNUZ;
-    default: return DType::Undefined;
+    case 1:
+      return DType::UInt8;
+    case 2:
+      return DType::Int8;
+    case 3:
+      return DType::Int16;
+    case 4:
+      return DType::Int32;
+    case 5:
+      return DType::Int64;
+    case 6:
+      return DType::Float16;
+    case 7:
+      return DType::Float;
+    case 8:
+      return DType::Double;
+    case 10:
+      return DType::Complex64;
+    case 11:
+      return DType::Complex128;
+    case 12:
+      return DType::Bool;
+    case 13:
+      return DType::BFloat16;
+    case 28:
+      return DType::UInt16;
+    case 29:
+      return DType::Float8E4M3FN;
+    case 30:
+      return DType::Float8E5M2;
+    case 31:
+      return DType::Float8E4M3FNUZ;
+    case 32:
+      return DType::Float8E5M2FNUZ;
+    default:
+      return DType::Undefined;
   }
 }
 
 DType dtype_from_torch_name(std::string_view n) {
   if (n.starts_with("torch.")) n.remove_prefix(6);
   static const std::array<std::pair<std::string_view, DType>, 24> table{{
-      {"float32", DType::Float},      {"float", DType::Float},
-      {"float64", DType::Double},     {"double", DType::Double},
-      {"float16", DType::Float16},    {"half", DType::Float16},
-      {"bfloat16", DType::BFloat16},  {"uint8", DType::UInt8},
-      {"int8", DType::Int8},          {"int16", DType::Int16},
-      {"short", DType::Int16},        {"int32", DType::Int32},
-      {"int", DType::Int32},          {"int64", DType::Int64},
-      {"long", DType::Int64},         {"bool", DType::Bool},
-      {"uint16", DType::UInt16},      {"uint32", DType::UInt32},
-      {"uint64", DType::UInt64},      {"complex64", DType::Complex64},
-      {"complex128", DType::Complex128}, {"float8_e4m3fn", DType::Float8E4M3FN},
-      {"float8_e5m2", DType::Float8E5M2}, {"float8_e4m3fnuz", DType::Float8E4M3FNUZ},
+      {"float32", DType::Float},
+      {"float", DType::Float},
+      {"float64", DType::Double},
+      {"double", DType::Double},
+      {"float16", DType::Float16},
+      {"half", DType::Float16},
+      {"bfloat16", DType::BFloat16},
+      {"uint8", DType::UInt8},
+      {"int8", DType::Int8},
+      {"int16", DType::Int16},
+      {"short", DType::Int16},
+      {"int32", DType::Int32},
+      {"int", DType::Int32},
+      {"int64", DType::Int64},
+      {"long", DType::Int64},
+      {"bool", DType::Bool},
+      {"uint16", DType::UInt16},
+      {"uint32", DType::UInt32},
+      {"uint64", DType::UInt64},
+      {"complex64", DType::Complex64},
+      {"complex128", DType::Complex128},
+      {"float8_e4m3fn", DType::Float8E4M3FN},
+      {"float8_e5m2", DType::Float8E5M2},
+      {"float8_e4m3fnuz", DType::Float8E4M3FNUZ},
   }};
   for (auto& [k, v] : table)
     if (k == n) return v;
@@ -148,14 +220,22 @@ DType promote_same_class(DType a, DType b) {
     // uint8 with a signed type -> the next signed type wide enough.
     auto rank = [](DType t) {
       switch (t) {
-        case DType::Int8: return 1;
-        case DType::UInt8: return 2;
-        case DType::Int16: return 3;
-        case DType::UInt16: return 3;
-        case DType::Int32: return 4;
-        case DType::UInt32: return 4;
-        case DType::Int64: return 5;
-        default: return 6;
+        case DType::Int8:
+          return 1;
+        case DType::UInt8:
+          return 2;
+        case DType::Int16:
+          return 3;
+        case DType::UInt16:
+          return 3;
+        case DType::Int32:
+          return 4;
+        case DType::UInt32:
+          return 4;
+        case DType::Int64:
+          return 5;
+        default:
+          return 6;
       }
     };
     if ((a == DType::UInt8 && b == DType::Int8) || (a == DType::Int8 && b == DType::UInt8))

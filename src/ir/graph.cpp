@@ -113,12 +113,18 @@ Attr Attr::Tensor(std::string n, TensorData v) {
 bool Attr::operator==(const Attr& o) const {
   if (name != o.name || kind != o.kind) return false;
   switch (kind) {
-    case Kind::Float: return std::memcmp(&f, &o.f, sizeof f) == 0;
-    case Kind::Int: return i == o.i;
-    case Kind::String: return s == o.s;
-    case Kind::Floats: return floats == o.floats;
-    case Kind::Ints: return ints == o.ints;
-    case Kind::Strings: return strings == o.strings;
+    case Kind::Float:
+      return std::memcmp(&f, &o.f, sizeof f) == 0;
+    case Kind::Int:
+      return i == o.i;
+    case Kind::String:
+      return s == o.s;
+    case Kind::Floats:
+      return floats == o.floats;
+    case Kind::Ints:
+      return ints == o.ints;
+    case Kind::Strings:
+      return strings == o.strings;
     case Kind::Tensor:
       return t->dtype == o.t->dtype && t->dims == o.t->dims && t->nbytes() == o.t->nbytes() &&
              t->is_contiguous() && o.t->is_contiguous() &&

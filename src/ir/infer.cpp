@@ -66,8 +66,10 @@ std::vector<ValueType> infer_reshape(const GraphBuilder& b, const Node& n) {
     bool ok = true;
     for (size_t i = 0; i < out.size(); ++i)
       if (static_cast<int>(i) != minus_one) {
-        if (!out[i].is_static()) ok = false;
-        else known *= out[i].value;
+        if (!out[i].is_static())
+          ok = false;
+        else
+          known *= out[i].value;
       }
     if (ok && known > 0) out[static_cast<size_t>(minus_one)] = Dim::of(total / known);
   }
@@ -193,9 +195,12 @@ std::vector<ValueType> infer_reduce(const GraphBuilder& b, const Node& n) {
   const ValueType& x = in_type(b, n, 0);
   if (!x.shape) return {ValueType{x.dtype, std::nullopt}};
   std::optional<std::vector<int64_t>> axes;
-  if (const Attr* a = n.attr("axes")) axes = a->ints;
-  else if (n.inputs.size() > 1) axes = shape_input(b, n, 1);
-  else axes = std::vector<int64_t>{};
+  if (const Attr* a = n.attr("axes"))
+    axes = a->ints;
+  else if (n.inputs.size() > 1)
+    axes = shape_input(b, n, 1);
+  else
+    axes = std::vector<int64_t>{};
   if (!axes) return {ValueType{x.dtype, std::nullopt}};
   const Attr* kd = n.attr("keepdims");
   bool keep = !kd || kd->i;
@@ -203,8 +208,10 @@ std::vector<ValueType> infer_reduce(const GraphBuilder& b, const Node& n) {
   for (size_t i = 0; i < x.shape->size(); ++i) {
     bool red = axes->empty();
     for (auto a : *axes) red |= norm_axis(a, x.shape->size()) == static_cast<int64_t>(i);
-    if (!red) out.push_back((*x.shape)[i]);
-    else if (keep) out.push_back(Dim::of(1));
+    if (!red)
+      out.push_back((*x.shape)[i]);
+    else if (keep)
+      out.push_back(Dim::of(1));
   }
   return {ValueType{x.dtype, out}};
 }
@@ -266,22 +273,44 @@ std::vector<ValueType> infer_constant_of_shape(const GraphBuilder& b, const Node
 const std::unordered_map<std::string, InferFn>& table() {
   static const std::unordered_map<std::string, InferFn> t = [] {
     std::unordered_map<std::string, InferFn> m;
-    for (const char* op : {"Relu", "Sigmoid", "Tanh", "Neg", "Sqrt", "Reciprocal", "Exp", "Log",
-                           "Cos", "Sin", "Erf", "Abs", "Not", "Identity", "Softmax",
-                           "LogSoftmax", "LeakyRelu", "Clip", "Gelu", "Floor", "Ceil", "Round",
-                           "LayerNormalization", "BatchNormalization", "Trilu", "HardSigmoid",
+    for (const char* op : {"Relu",
+                           "Sigmoid",
+                           "Tanh",
+                           "Neg",
+                           "Sqrt",
+                           "Reciprocal",
+                           "Exp",
+                           "Log",
+                           "Cos",
+                           "Sin",
+                           "Erf",
+                           "Abs",
+                           "Not",
+                           "Identity",
+                           "Softmax",
+                           "LogSoftmax",
+                           "LeakyRelu",
+                           "Clip",
+                           "Gelu",
+                           "Floor",
+                           "Ceil",
+                           "Round",
+                           "LayerNormalization",
+                           "BatchNormalization",
+                           "Trilu",
+                           "HardSigmoid",
                            "Sign"})
       m[op] = same_as_input;
-    for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min", "Mod", "BitwiseAnd",
-                           "BitwiseOr"})
+    for (const char* op :
+         {"Add", "Sub", "Mul", "Div", "Max", "Min", "Mod", "BitwiseAnd", "BitwiseOr"})
       m[op] = [](const GraphBuilder& b, const Node& n) {
         return broadcast(b, n, in_type(b, n, 0).dtype);
       };
     m["Pow"] = [](const GraphBuilder& b, const Node& n) {
       return broadcast(b, n, in_type(b, n, 0).dtype);
     };
-    for (const char* op : {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And",
-                           "Or", "Xor"})
+    for (const char* op :
+         {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"})
       m[op] = [](const GraphBuilder& b, const Node& n) { return broadcast(b, n, DType::Bool); };
     m["Where"] = [](const GraphBuilder& b, const Node& n) {
       return broadcast(b, n, in_type(b, n, 1).dtype);
@@ -319,14 +348,22 @@ std::optional<Shape> broadcast_shapes(const std::optional<Shape>& a,
   for (size_t i = 0; i < r; ++i) {
     const Dim* da = i < r - a->size() ? nullptr : &(*a)[i - (r - a->size())];
     const Dim* db = i < r - b->size() ? nullptr : &(*b)[i - (r - b->size())];
-    if (!da) out[i] = *db;
-    else if (!db) out[i] = *da;
-    else if (da->is_static() && da->value == 1) out[i] = *db;
-    else if (db->is_static() && db->value == 1) out[i] = *da;
-    else if (*da == *db) out[i] = *da;
-    else if (da->is_static()) out[i] = *da;  // the other must broadcast to it
-    else if (db->is_static()) out[i] = *db;
-    else out[i] = Dim::unknown();
+    if (!da)
+      out[i] = *db;
+    else if (!db)
+      out[i] = *da;
+    else if (da->is_static() && da->value == 1)
+      out[i] = *db;
+    else if (db->is_static() && db->value == 1)
+      out[i] = *da;
+    else if (*da == *db)
+      out[i] = *da;
+    else if (da->is_static())
+      out[i] = *da;  // the other must broadcast to it
+    else if (db->is_static())
+      out[i] = *db;
+    else
+      out[i] = Dim::unknown();
   }
   return out;
 }

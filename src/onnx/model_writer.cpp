@@ -21,7 +21,7 @@ namespace {
 
 using wire::Msg;
 
-constexpr uint64_t kAlign = 4096;      // external data offsets: page aligned for mmap
+constexpr uint64_t kAlign = 4096;                   // external data offsets: page aligned for mmap
 constexpr uint64_t kProtoLimit = (2ull << 30) - 1;  // protobuf's 2 GiB message limit
 
 // Buffered writer over a file descriptor; large payloads bypass the buffer.
@@ -103,8 +103,10 @@ void write_type(Msg& m, const ValueType& t) {
     Msg shape;
     for (auto& d : *t.shape) {
       Msg dim;
-      if (d.is_static()) dim.int_field(1, d.value);
-      else if (!d.sym.empty()) dim.bytes_field(2, d.sym);
+      if (d.is_static())
+        dim.int_field(1, d.value);
+      else if (!d.sym.empty())
+        dim.bytes_field(2, d.sym);
       shape.message(1, dim);
     }
     tensor.message(2, shape);
@@ -125,12 +127,30 @@ Msg attribute(const Attr& a) {
   Msg m;
   m.bytes_field(1, a.name);
   switch (a.kind) {
-    case Attr::Kind::Float: m.float_field(2, a.f); m.int_field(20, 1); break;
-    case Attr::Kind::Int: m.int_field(3, a.i); m.int_field(20, 2); break;
-    case Attr::Kind::String: m.bytes_field(4, a.s); m.int_field(20, 3); break;
-    case Attr::Kind::Tensor: m.bytes_field(5, tensor_proto_bytes(*a.t, "")); m.int_field(20, 4); break;
-    case Attr::Kind::Floats: m.packed_floats(7, a.floats); m.int_field(20, 6); break;
-    case Attr::Kind::Ints: m.packed_ints(8, a.ints); m.int_field(20, 7); break;
+    case Attr::Kind::Float:
+      m.float_field(2, a.f);
+      m.int_field(20, 1);
+      break;
+    case Attr::Kind::Int:
+      m.int_field(3, a.i);
+      m.int_field(20, 2);
+      break;
+    case Attr::Kind::String:
+      m.bytes_field(4, a.s);
+      m.int_field(20, 3);
+      break;
+    case Attr::Kind::Tensor:
+      m.bytes_field(5, tensor_proto_bytes(*a.t, ""));
+      m.int_field(20, 4);
+      break;
+    case Attr::Kind::Floats:
+      m.packed_floats(7, a.floats);
+      m.int_field(20, 6);
+      break;
+    case Attr::Kind::Ints:
+      m.packed_ints(8, a.ints);
+      m.int_field(20, 7);
+      break;
     case Attr::Kind::Strings:
       for (auto& s : a.strings) m.bytes_field(9, s);
       m.int_field(20, 8);
@@ -315,7 +335,8 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
     }
     out.close();
     if (std::rename(tmp_data.c_str(), data_path.c_str()) != 0)
-      throw Error("cannot rename '" + tmp_data + "' to '" + data_path + "': " + std::strerror(errno));
+      throw Error("cannot rename '" + tmp_data + "' to '" + data_path +
+                  "': " + std::strerror(errno));
     result.data_paths.push_back(data_path);
   }
   if (std::rename(tmp_model.c_str(), path.c_str()) != 0) {

@@ -60,8 +60,8 @@ class Msg {
     bytes_field(field, inner.bytes);
   }
   void packed_floats(uint32_t field, const std::vector<float>& v) {
-    bytes_field(field, std::string_view(reinterpret_cast<const char*>(v.data()),
-                                        v.size() * sizeof(float)));
+    bytes_field(
+        field, std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
   }
   size_t size() const { return bytes.size(); }
 };

@@ -15,9 +15,15 @@ void append_attr(std::string& key, const Attr& a) {
   key += a.name;
   key += '=';
   switch (a.kind) {
-    case Attr::Kind::Float: key.append(reinterpret_cast<const char*>(&a.f), sizeof a.f); break;
-    case Attr::Kind::Int: key += std::to_string(a.i); break;
-    case Attr::Kind::String: key += a.s; break;
+    case Attr::Kind::Float:
+      key.append(reinterpret_cast<const char*>(&a.f), sizeof a.f);
+      break;
+    case Attr::Kind::Int:
+      key += std::to_string(a.i);
+      break;
+    case Attr::Kind::String:
+      key += a.s;
+      break;
     case Attr::Kind::Floats:
       key.append(reinterpret_cast<const char*>(a.floats.data()), a.floats.size() * sizeof(float));
       break;

@@ -38,19 +38,31 @@ std::optional<Const> load(const TensorData& d) {
   c.dims = d.dims;
   size_t n = static_cast<size_t>(d.numel());
   switch (d.dtype) {
-    case DType::Int64: c.i.assign(d.as<int64_t>(), d.as<int64_t>() + n); break;
-    case DType::Int32: c.i.assign(d.as<int32_t>(), d.as<int32_t>() + n); break;
-    case DType::Bool: c.i.assign(d.as<uint8_t>(), d.as<uint8_t>() + n); break;
-    case DType::Float: c.f.assign(d.as<float>(), d.as<float>() + n); break;
-    case DType::Double: c.f.assign(d.as<double>(), d.as<double>() + n); break;
-    default: return std::nullopt;
+    case DType::Int64:
+      c.i.assign(d.as<int64_t>(), d.as<int64_t>() + n);
+      break;
+    case DType::Int32:
+      c.i.assign(d.as<int32_t>(), d.as<int32_t>() + n);
+      break;
+    case DType::Bool:
+      c.i.assign(d.as<uint8_t>(), d.as<uint8_t>() + n);
+      break;
+    case DType::Float:
+      c.f.assign(d.as<float>(), d.as<float>() + n);
+      break;
+    case DType::Double:
+      c.f.assign(d.as<double>(), d.as<double>() + n);
+      break;
+    default:
+      return std::nullopt;
   }
   return c;
 }
 
 TensorData store(const Const& c) {
   switch (c.t) {
-    case DType::Int64: return TensorData::from_vector(c.t, c.dims, c.i);
+    case DType::Int64:
+      return TensorData::from_vector(c.t, c.dims, c.i);
     case DType::Int32: {
       std::vector<int32_t> v(c.i.begin(), c.i.end());
       return TensorData::from_vector(c.t, c.dims, v);
@@ -64,7 +76,8 @@ TensorData store(const Const& c) {
       std::vector<float> v(c.f.begin(), c.f.end());
       return TensorData::from_vector(c.t, c.dims, v);
     }
-    default: return TensorData::from_vector(c.t, c.dims, c.f);
+    default:
+      return TensorData::from_vector(c.t, c.dims, c.f);
   }
 }
 
@@ -114,8 +127,10 @@ std::optional<Const> eval_reshape_like(const Node& n, const Inputs& in) {
     int64_t known = 1, neg = -1;
     for (size_t d = 0; d < dims.size(); ++d) {
       if (dims[d] == 0 && !(n.attr("allowzero") && n.attr("allowzero")->i)) dims[d] = r.dims[d];
-      if (dims[d] == -1) neg = static_cast<int64_t>(d);
-      else known *= dims[d];
+      if (dims[d] == -1)
+        neg = static_cast<int64_t>(d);
+      else
+        known *= dims[d];
     }
     if (neg >= 0) dims[static_cast<size_t>(neg)] = known ? r.numel() / known : 0;
     r.dims = dims;
@@ -134,8 +149,10 @@ std::optional<Const> eval_gather(const Node& n, const Inputs& in) {
   for (auto k : idx.i) {
     if (k < 0) k += x.dims[0];
     if (k < 0 || k >= x.dims[0]) return std::nullopt;
-    if (x.is_float()) r.f.push_back(x.f[static_cast<size_t>(k)]);
-    else r.i.push_back(x.i[static_cast<size_t>(k)]);
+    if (x.is_float())
+      r.f.push_back(x.f[static_cast<size_t>(k)]);
+    else
+      r.i.push_back(x.i[static_cast<size_t>(k)]);
   }
   return r;
 }
@@ -179,13 +196,17 @@ std::optional<Const> eval_arith(const Node& n, const Inputs& in) {
   for (size_t k = 0; k < cnt; ++k) {
     int64_t x = a.i[as ? 0 : k], y = b.i[bs ? 0 : k];
     const std::string& op = n.op_type;
-    if (op == "Add") r.i[k] = x + y;
-    else if (op == "Sub") r.i[k] = x - y;
-    else if (op == "Mul") r.i[k] = x * y;
+    if (op == "Add")
+      r.i[k] = x + y;
+    else if (op == "Sub")
+      r.i[k] = x - y;
+    else if (op == "Mul")
+      r.i[k] = x * y;
     else if (op == "Div") {
       if (y == 0) return std::nullopt;
       r.i[k] = x / y;
-    } else return std::nullopt;
+    } else
+      return std::nullopt;
   }
   return r;
 }
@@ -206,20 +227,28 @@ std::optional<Const> eval_slice(const Node&, const Inputs& in) {
   r.t = x.t;
   r.dims = {std::max<int64_t>(0, e - s)};
   for (int64_t k = s; k < e; ++k) {
-    if (x.is_float()) r.f.push_back(x.f[static_cast<size_t>(k)]);
-    else r.i.push_back(x.i[static_cast<size_t>(k)]);
+    if (x.is_float())
+      r.f.push_back(x.f[static_cast<size_t>(k)]);
+    else
+      r.i.push_back(x.i[static_cast<size_t>(k)]);
   }
   return r;
 }
 
 const std::unordered_map<std::string, Eval>& evaluators() {
   static const std::unordered_map<std::string, Eval> m = {
-      {"Concat", eval_concat},      {"Unsqueeze", eval_reshape_like},
-      {"Squeeze", eval_reshape_like}, {"Reshape", eval_reshape_like},
-      {"Identity", eval_reshape_like}, {"Gather", eval_gather},
-      {"Cast", eval_cast},          {"Add", eval_arith},
-      {"Sub", eval_arith},          {"Mul", eval_arith},
-      {"Div", eval_arith},          {"Slice", eval_slice},
+      {"Concat", eval_concat},
+      {"Unsqueeze", eval_reshape_like},
+      {"Squeeze", eval_reshape_like},
+      {"Reshape", eval_reshape_like},
+      {"Identity", eval_reshape_like},
+      {"Gather", eval_gather},
+      {"Cast", eval_cast},
+      {"Add", eval_arith},
+      {"Sub", eval_arith},
+      {"Mul", eval_arith},
+      {"Div", eval_arith},
+      {"Slice", eval_slice},
   };
   return m;
 }

@@ -21,15 +21,19 @@ size_t remove_unused(Graph& g) {
   std::vector<Node> nodes;
   nodes.reserve(g.nodes.size());
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (keep[i]) nodes.push_back(std::move(g.nodes[i]));
-    else ++removed;
+    if (keep[i])
+      nodes.push_back(std::move(g.nodes[i]));
+    else
+      ++removed;
   }
   g.nodes = std::move(nodes);
   std::vector<Initializer> inits;
   inits.reserve(g.initializers.size());
   for (auto& init : g.initializers) {
-    if (live.count(init.name)) inits.push_back(std::move(init));
-    else ++removed;
+    if (live.count(init.name))
+      inits.push_back(std::move(init));
+    else
+      ++removed;
   }
   g.initializers = std::move(inits);
   return removed;

@@ -26,10 +26,14 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
   pt2onnx::Options o;
   o.opset = opset;
   o.optimize = optimize;
-  if (external_data == "auto") o.external_data = pt2onnx::ExternalData::Auto;
-  else if (external_data == "always") o.external_data = pt2onnx::ExternalData::Always;
-  else if (external_data == "never") o.external_data = pt2onnx::ExternalData::Never;
-  else throw pt2onnx::Error("external_data must be 'auto', 'always' or 'never'");
+  if (external_data == "auto")
+    o.external_data = pt2onnx::ExternalData::Auto;
+  else if (external_data == "always")
+    o.external_data = pt2onnx::ExternalData::Always;
+  else if (external_data == "never")
+    o.external_data = pt2onnx::ExternalData::Never;
+  else
+    throw pt2onnx::Error("external_data must be 'auto', 'always' or 'never'");
   o.input_names = input_names;
   o.output_names = output_names;
   o.input_dim_names = input_dim_names;

@@ -75,19 +75,25 @@ class Reader {
   }
   static std::string type_name(element e) {
     switch (e.type()) {
-      case simdjson::dom::element_type::ARRAY: return "an array";
-      case simdjson::dom::element_type::OBJECT: return "an object";
-      case simdjson::dom::element_type::STRING: return "a string";
-      case simdjson::dom::element_type::NULL_VALUE: return "null";
-      case simdjson::dom::element_type::BOOL: return "a boolean";
-      default: return "a number";
+      case simdjson::dom::element_type::ARRAY:
+        return "an array";
+      case simdjson::dom::element_type::OBJECT:
+        return "an object";
+      case simdjson::dom::element_type::STRING:
+        return "a string";
+      case simdjson::dom::element_type::NULL_VALUE:
+        return "null";
+      case simdjson::dom::element_type::BOOL:
+        return "a boolean";
+      default:
+        return "a number";
     }
   }
   // A union is an object with exactly one key.
   std::pair<std::string_view, element> union_of(element e, const std::string& path) const {
     object o = obj(e, path);
-    if (o.size() != 1) fail(path, "expected a single-key union object, found " +
-                                      std::to_string(o.size()) + " keys");
+    if (o.size() != 1)
+      fail(path, "expected a single-key union object, found " + std::to_string(o.size()) + " keys");
     auto kv = *o.begin();
     return {kv.key, kv.value};
   }
@@ -130,8 +136,10 @@ class Reader {
       for (element d : arr(*st, path + ".strides"))
         m.strides.push_back(sym_size(d, path + ".strides[" + std::to_string(i++) + "]"));
     }
-    if (auto so = field(o, "storage_offset")) m.storage_offset = sym_size(*so, path);
-    else m.storage_offset.value = 0;
+    if (auto so = field(o, "storage_offset"))
+      m.storage_offset = sym_size(*so, path);
+    else
+      m.storage_offset.value = 0;
     return m;
   }
 
@@ -142,9 +150,12 @@ class Reader {
   SymIntArg sym_int_arg(element e, const std::string& path) const {
     auto [k, v] = union_of(e, path);
     SymIntArg a;
-    if (k == "as_int") a.value = integer(v, path);
-    else if (k == "as_name") a.name = str(v, path);
-    else fail(path, "unknown SymIntArgument variant '" + std::string(k) + "'");
+    if (k == "as_int")
+      a.value = integer(v, path);
+    else if (k == "as_name")
+      a.name = str(v, path);
+    else
+      fail(path, "unknown SymIntArgument variant '" + std::string(k) + "'");
     return a;
   }
 
@@ -204,9 +215,12 @@ class Reader {
     } else if (k == "as_sym_bool" || k == "as_sym_float") {
       a.kind = k == "as_sym_bool" ? ArgKind::SymBool : ArgKind::SymFloat;
       auto [sk, sv] = union_of(v, p);
-      if (sk == "as_name") a.name = str(sv, p);
-      else if (sk == "as_bool") a.b = boolean(sv, p);
-      else if (sk == "as_float") a.f = number(sv, p);
+      if (sk == "as_name")
+        a.name = str(sv, p);
+      else if (sk == "as_bool")
+        a.b = boolean(sv, p);
+      else if (sk == "as_float")
+        a.f = number(sv, p);
     } else if (k == "as_scalar_type") {
       a.kind = ArgKind::ScalarType;
       a.i = integer(v, p);
@@ -257,8 +271,10 @@ class Reader {
     if (n.name.empty()) {
       // Older schemas have no node name: use the first output's name.
       for (auto& out : n.outputs) {
-        if (!out.name.empty()) n.name = out.name;
-        else if (!out.names.empty()) n.name = out.names[0];
+        if (!out.name.empty())
+          n.name = out.name;
+        else if (!out.names.empty())
+          n.name = out.names[0];
         if (!n.name.empty()) break;
       }
     }
@@ -331,15 +347,24 @@ class Reader {
       object so = obj(v, sp);
       OutputSpec out;
       using K = OutputSpec::Kind;
-      if (k == "user_output") out.kind = K::UserOutput;
-      else if (k == "loss_output") out.kind = K::LossOutput;
-      else if (k == "buffer_mutation") out.kind = K::BufferMutation;
-      else if (k == "user_input_mutation") out.kind = K::UserInputMutation;
-      else if (k == "gradient_to_parameter") out.kind = K::GradientToParameter;
-      else if (k == "gradient_to_user_input") out.kind = K::GradientToUserInput;
-      else if (k == "token") out.kind = K::Token;
-      else if (k == "parameter_mutation") out.kind = K::ParameterMutation;
-      else fail(sp, "unknown output spec kind '" + std::string(k) + "'");
+      if (k == "user_output")
+        out.kind = K::UserOutput;
+      else if (k == "loss_output")
+        out.kind = K::LossOutput;
+      else if (k == "buffer_mutation")
+        out.kind = K::BufferMutation;
+      else if (k == "user_input_mutation")
+        out.kind = K::UserInputMutation;
+      else if (k == "gradient_to_parameter")
+        out.kind = K::GradientToParameter;
+      else if (k == "gradient_to_user_input")
+        out.kind = K::GradientToUserInput;
+      else if (k == "token")
+        out.kind = K::Token;
+      else if (k == "parameter_mutation")
+        out.kind = K::ParameterMutation;
+      else
+        fail(sp, "unknown output spec kind '" + std::string(k) + "'");
       if (out.kind == K::UserOutput) {
         out.arg = argument(req(so, "arg", sp), sp + ".arg");
       } else {
@@ -412,8 +437,8 @@ std::string Node::source_line() const {
   std::string frame = stack_trace.substr(p, e == std::string::npos ? std::string::npos : e - p);
   if (e != std::string::npos) {
     size_t e2 = stack_trace.find('\n', e + 1);
-    std::string code = stack_trace.substr(e + 1, e2 == std::string::npos ? std::string::npos
-                                                                          : e2 - e - 1);
+    std::string code =
+        stack_trace.substr(e + 1, e2 == std::string::npos ? std::string::npos : e2 - e - 1);
     size_t nb = code.find_first_not_of(' ');
     if (nb != std::string::npos && code.compare(nb, 5, "File ") != 0)
       frame += ": " + code.substr(nb);
@@ -425,8 +450,7 @@ Program parse_program(std::string_view json, const std::string& source) {
   simdjson::dom::parser parser;
   simdjson::dom::element root;
   auto err = parser.parse(json.data(), json.size()).get(root);
-  if (err)
-    throw Error(source + ": malformed JSON: " + std::string(simdjson::error_message(err)));
+  if (err) throw Error(source + ": malformed JSON: " + std::string(simdjson::error_message(err)));
   return Reader(source).program(root);
 }
 

@@ -106,8 +106,10 @@ class Parser {
   }
   void skip_value() {
     skip_ws();
-    if (pos_ < s_.size() && (s_[pos_] == '\'' || s_[pos_] == '"')) quoted();
-    else ident();
+    if (pos_ < s_.size() && (s_[pos_] == '\'' || s_[pos_] == '"'))
+      quoted();
+    else
+      ident();
   }
   void skip_kwargs() {
     while (eat(',')) {
@@ -145,8 +147,10 @@ std::string SymExpr::render(const std::map<std::string, std::string>& names) con
     std::string r;
     for (size_t i = 0; i < args.size(); ++i) {
       std::string t = sub(i);
-      if (i && !t.empty() && t[0] == '-') r += " - " + t.substr(1);
-      else r += (i ? " + " : "") + t;
+      if (i && !t.empty() && t[0] == '-')
+        r += " - " + t.substr(1);
+      else
+        r += (i ? " + " : "") + t;
     }
     return r;
   }

@@ -11,8 +11,8 @@
 namespace pt2onnx::schema {
 
 struct SymExpr {
-  std::string head;      // "Symbol", "Integer", "Add", "Mul", "Pow", "FloorDiv", ...
-  std::string text;      // Symbol name / Integer digits / Float text
+  std::string head;  // "Symbol", "Integer", "Add", "Mul", "Pow", "FloorDiv", ...
+  std::string text;  // Symbol name / Integer digits / Float text
   std::vector<std::shared_ptr<const SymExpr>> args;
 
   bool is_symbol() const { return head == "Symbol"; }

@@ -1,0 +1,139 @@
+// Schema reader and sympy-expression parser.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "pt2onnx/error.h"
+#include "schema/program.h"
+
+using namespace pt2onnx;
+using namespace pt2onnx::schema;
+
+namespace {
+
+// A minimal but complete program: x (dynamic batch) -> add(x, weight) -> out.
+std::string program_json(int major = 8) {
+  return R"JSON({"schema_version": {"major": )JSON" + std::to_string(major) + R"JSON(, "minor": 3},
+  "torch_version": "2.13.0", "future_field": {"ignored": true},
+  "range_constraints": {"s0": {"min_val": 2, "max_val": null}},
+  "graph_module": {
+    "graph": {
+      "inputs": [{"as_tensor": {"name": "p_w"}}, {"as_tensor": {"name": "x"}}],
+      "outputs": [{"as_tensor": {"name": "add"}}],
+      "nodes": [{
+        "target": "torch.ops.aten.add.Tensor", "name": "add",
+        "inputs": [{"name": "self", "arg": {"as_tensor": {"name": "x"}}, "kind": 1},
+                   {"name": "other", "arg": {"as_tensor": {"name": "p_w"}}, "kind": 1},
+                   {"name": "alpha", "arg": {"as_float": "Infinity"}, "kind": 2}],
+        "outputs": [{"as_tensor": {"name": "add"}}],
+        "metadata": {"stack_trace": "File \"m.py\", line 3, in forward\n    return x + self.w",
+                     "nn_module_stack": "L__self__,,M;L__self__sub,sub.layer,torch.nn.Linear"}
+      }],
+      "tensor_values": {
+        "x": {"dtype": 7, "sizes": [{"as_expr": {"expr_str": "Symbol('s0', integer=True, positive=True)", "hint": {"as_int": 2}}}, {"as_int": 4}],
+              "strides": [{"as_int": 4}, {"as_int": 1}], "storage_offset": {"as_int": 0}},
+        "p_w": {"dtype": 7, "sizes": [{"as_int": 4}], "strides": [{"as_int": 1}], "storage_offset": {"as_int": 0}},
+        "add": {"dtype": 7, "sizes": [{"as_expr": {"expr_str": "Symbol('s0', integer=True, positive=True)"}}, {"as_int": 4}]}
+      },
+      "sym_int_values": {}
+    },
+    "signature": {
+      "input_specs": [{"parameter": {"arg": {"name": "p_w"}, "parameter_name": "w"}},
+                      {"user_input": {"arg": {"as_tensor": {"name": "x"}}}}],
+      "output_specs": [{"user_output": {"arg": {"as_tensor": {"name": "add"}}}}]
+    }
+  }})JSON";
+}
+
+}  // namespace
+
+TEST(SchemaReader, ParsesProgram) {
+  Program p = parse_program(program_json());
+  EXPECT_EQ(p.schema_major, 8);
+  EXPECT_EQ(p.schema_minor, 3);
+  EXPECT_EQ(p.torch_version, "2.13.0");
+  ASSERT_EQ(p.graph.nodes.size(), 1u);
+  const Node& n = p.graph.nodes[0];
+  EXPECT_EQ(n.target, "torch.ops.aten.add.Tensor");
+  ASSERT_NE(n.input("other"), nullptr);
+  EXPECT_EQ(n.input("other")->kind, ArgKind::Tensor);
+  EXPECT_EQ(n.input("other")->name, "p_w");
+  EXPECT_TRUE(std::isinf(n.input("alpha")->f));
+  EXPECT_EQ(n.input("alpha")->kind, ArgKind::Float);
+  EXPECT_EQ(n.module_path(), "sub.layer");
+  EXPECT_EQ(n.source_line(), "File \"m.py\", line 3, in forward: return x + self.w");
+  const TensorMeta& x = p.graph.tensor_values.at("x");
+  EXPECT_EQ(x.dtype, DType::Float);
+  ASSERT_EQ(x.sizes.size(), 2u);
+  ASSERT_TRUE(x.sizes[0].expr);
+  EXPECT_EQ(x.sizes[0].expr->render(), "s0");
+  EXPECT_EQ(x.sizes[0].hint, 2);
+  EXPECT_EQ(x.sizes[1].value, 4);
+  ASSERT_EQ(p.input_specs.size(), 2u);
+  EXPECT_EQ(p.input_specs[0].kind, InputSpec::Kind::Parameter);
+  EXPECT_EQ(p.input_specs[0].target, "w");
+  EXPECT_EQ(p.input_specs[1].kind, InputSpec::Kind::UserInput);
+  EXPECT_EQ(p.range_constraints.at("s0").min, 2);
+  EXPECT_FALSE(p.range_constraints.at("s0").max.has_value());
+}
+
+TEST(SchemaReader, RejectsUnknownMajorVersion) {
+  try {
+    parse_program(program_json(9));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unsupported schema major version 9"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SchemaReader, MalformedJsonNamesTheCause) {
+  try {
+    parse_program("{\"schema_version\": ", "model.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.json: malformed JSON"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SchemaReader, WrongShapeNamesThePath) {
+  std::string j = program_json();
+  j.replace(j.find("\"nodes\": ["), 10, "\"nodes\": 7, \"x\": [");
+  try {
+    parse_program(j);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("$.graph_module.graph.nodes: expected a JSON array"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SchemaReader, BadUnionIsReported) {
+  std::string j = program_json();
+  j.replace(j.find("{\"as_tensor\": {\"name\": \"p_w\"}}, \"kind\""), 31,
+            "{\"as_tensor\": {\"name\": \"p_w\"}, \"as_int\": 3}");
+  EXPECT_THROW(parse_program(j), Error);
+}
+
+TEST(SymExpr, ParsesAndRenders) {
+  auto e = parse_sym_expr(
+      "Add(Mul(Integer(2), Symbol('s0', integer=True, positive=True)), Integer(-1))");
+  EXPECT_EQ(e->render(), "2*s0 - 1");
+  EXPECT_EQ(e->render({{"s0", "batch"}}), "2*batch - 1");
+  EXPECT_EQ(e->eval({{"s0", 5}}), 9);
+  EXPECT_FALSE(e->eval({}).has_value());
+  auto f = parse_sym_expr("FloorDiv(Symbol('s1', integer=True), Integer(2))");
+  EXPECT_EQ(f->eval({{"s1", -3}}), -2);  // floor, not truncation
+  EXPECT_EQ(f->render(), "floor(s1/2)");
+}
+
+TEST(SymExpr, RejectsGarbage) {
+  EXPECT_THROW(parse_sym_expr("Add(Symbol('s0'"), Error);
+  EXPECT_THROW(parse_sym_expr("Symbol(s0)"), Error);
+  EXPECT_THROW(parse_sym_expr(std::string(1000, '(')), Error);
+  std::string deep;
+  for (int i = 0; i < 300; ++i) deep += "Neg(";
+  EXPECT_THROW(parse_sym_expr(deep), Error);
+}
