@@ -10,17 +10,22 @@ namespace pt2onnx {
 
 namespace {
 
-// Repeats the head axis (-3) of k/v from kv heads to q heads (GQA).
+// Repeats the head axis (-3) of k/v from kv heads to q heads (GQA):
+// [.., Hkv, S, D] -> [.., Hkv, 1, S, D] -> expand [.., Hkv, rep, S, D] -> [.., Hq, S, D].
 std::string repeat_heads(Ctx& c, const std::string& v, int64_t rep) {
   const Shape& s = *c.type(v).shape;
   size_t r = s.size();
-  // [.., Hkv, S, D] -> [.., Hkv, 1, S, D] -> expand [.., Hkv, rep, S, D] -> [.., Hkv*rep, S, D]
+  const Dim& d = s[r - 1];
+  if (!d.is_static()) c.fail("GQA needs a static head size");
   std::string u = c.unsqueeze(v, {static_cast<int64_t>(r) - 2});
   std::vector<int64_t> ones(r + 1, 1);
   ones[r - 2] = rep;
   std::string e = c.b.op("Expand", {u, c.b.const_i64(ones)});
-  std::vector<int64_t> target(r, 0);
-  target[r - 3] = -1;
+  // Leading batch dims copied (0), heads and head size static, S inferred (-1).
+  std::vector<int64_t> target(r - 3, 0);
+  target.push_back(s[r - 3].value * rep);
+  target.push_back(-1);
+  target.push_back(d.value);
   return c.b.op("Reshape", {e, c.b.const_i64(target)});
 }
 

@@ -49,7 +49,8 @@ void emit_conv(Ctx& c, const std::string& x, const std::string& w,
   if (c.rank(x) == n + 1) {
     // Unbatched input: add the batch axis for ONNX and drop it after.
     in[0] = c.unsqueeze(x, {0});
-    c.set_output(0, c.squeeze(c.b.op(op, in, attrs), {0}));
+    out.shape->insert(out.shape->begin(), Dim::of(1));
+    c.set_output(0, c.squeeze(c.b.op(op, in, attrs, out), {0}));
     return;
   }
   c.set_output(0, c.b.op(op, in, attrs, out));

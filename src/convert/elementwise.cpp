@@ -214,8 +214,10 @@ void register_elementwise(Registry& r) {
   r.add(p + "logical_and.default", logical_and);
   r.add(p + "logical_or.default", logical_or);
   r.add(p + "bitwise_not.default", bitwise_not);
-  for (const char* o : {"bitwise_and.Tensor", "bitwise_and.Scalar"}) r.add(p + o, bitwise_and);
-  for (const char* o : {"bitwise_or.Tensor", "bitwise_or.Scalar"}) r.add(p + o, bitwise_or);
+  for (const char* o : {"bitwise_and.Tensor", "bitwise_and.Scalar", "__and__.Tensor"})
+    r.add(p + o, bitwise_and);
+  for (const char* o : {"bitwise_or.Tensor", "bitwise_or.Scalar", "__or__.Tensor"})
+    r.add(p + o, bitwise_or);
   for (const char* o : {"eq.Tensor", "eq.Scalar"}) r.add(p + o, eq);
   for (const char* o : {"ne.Tensor", "ne.Scalar"}) r.add(p + o, ne);
   for (const char* o : {"lt.Tensor", "lt.Scalar"}) r.add(p + o, lt);
