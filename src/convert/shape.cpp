@@ -179,6 +179,20 @@ void split(Ctx& c) {
   for (size_t k = 0; k < n; ++k) c.set_output(k, outs[k]);
 }
 
+void unbind(Ctx& c) {
+  std::string x = c.tensor("self");
+  int64_t axis = Ctx::norm_axis(c.i("dim", 0), c.rank(x));
+  const Dim& d = (*c.type(x).shape)[static_cast<size_t>(axis)];
+  size_t n = c.n_outputs();
+  if (!d.is_static() || static_cast<size_t>(d.value) != n)
+    c.fail("unbind along a dimension of symbolic size is not converted");
+  std::vector<std::string> parts{x};
+  if (n > 1)
+    parts = c.b.add_node("Split", {x, c.b.const_i64(std::vector<int64_t>(n, 1))}, n,
+                         {Attr::Int("axis", axis)});
+  for (size_t k = 0; k < n; ++k) c.set_output(k, c.squeeze(parts[k], {axis}));
+}
+
 void expand(Ctx& c) {
   std::string x = c.tensor("self");
   auto sizes = c.symints("size");
@@ -226,6 +240,7 @@ void register_shape(Registry& r) {
   for (const char* o : {"split.Tensor", "split_with_sizes.default", "chunk.default",
                         "tensor_split.sections", "unsafe_split.Tensor"})
     r.add(p + o, split);
+  r.add(p + "unbind.int", unbind);
   r.add(p + "expand.default", expand);
   r.add(p + "expand_as.default", expand_as);
 }

@@ -270,6 +270,21 @@ std::vector<ValueType> infer_constant_of_shape(const GraphBuilder& b, const Node
   return {ValueType{t, dims_of(*target)}};
 }
 
+std::vector<ValueType> infer_split(const GraphBuilder& b, const Node& n) {
+  const ValueType& x = in_type(b, n, 0);
+  auto sizes = shape_input(b, n, 1);
+  std::vector<ValueType> out(n.outputs.size(), ValueType{x.dtype, std::nullopt});
+  if (!x.shape || !sizes || sizes->size() != n.outputs.size()) return out;
+  const Attr* ax = n.attr("axis");
+  size_t axis = static_cast<size_t>(norm_axis(ax ? ax->i : 0, x.shape->size()));
+  for (size_t k = 0; k < out.size(); ++k) {
+    Shape s = *x.shape;
+    s[axis] = Dim::of((*sizes)[k]);
+    out[k].shape = s;
+  }
+  return out;
+}
+
 const std::unordered_map<std::string, InferFn>& table() {
   static const std::unordered_map<std::string, InferFn> t = [] {
     std::unordered_map<std::string, InferFn> m;
@@ -324,6 +339,7 @@ const std::unordered_map<std::string, InferFn>& table() {
     m["Gemm"] = infer_gemm;
     m["Concat"] = infer_concat;
     m["Gather"] = infer_gather;
+    m["Split"] = infer_split;
     m["Shape"] = infer_shape;
     m["Expand"] = infer_expand;
     m["Slice"] = infer_slice;

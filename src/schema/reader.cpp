@@ -430,20 +430,30 @@ std::string Node::module_path() const {
 }
 
 std::string Node::source_line() const {
-  // The first "File ..., line N" frame is the user's code (torch frames follow).
-  size_t p = stack_trace.find("File \"");
-  if (p == std::string::npos) return {};
-  size_t e = stack_trace.find('\n', p);
-  std::string frame = stack_trace.substr(p, e == std::string::npos ? std::string::npos : e - p);
-  if (e != std::string::npos) {
-    size_t e2 = stack_trace.find('\n', e + 1);
-    std::string code =
-        stack_trace.substr(e + 1, e2 == std::string::npos ? std::string::npos : e2 - e - 1);
-    size_t nb = code.find_first_not_of(' ');
-    if (nb != std::string::npos && code.compare(nb, 5, "File ") != 0)
-      frame += ": " + code.substr(nb);
+  // Frames run outermost first; the innermost frame outside torch itself is
+  // the user's line that made this node.
+  std::string best;
+  size_t p = 0;
+  while ((p = stack_trace.find("File \"", p)) != std::string::npos) {
+    size_t e = stack_trace.find('\n', p);
+    std::string frame = stack_trace.substr(p, e == std::string::npos ? std::string::npos : e - p);
+    size_t next = e == std::string::npos ? stack_trace.size() : e + 1;
+    if (e != std::string::npos) {
+      size_t e2 = stack_trace.find('\n', e + 1);
+      std::string code =
+          stack_trace.substr(e + 1, e2 == std::string::npos ? std::string::npos : e2 - e - 1);
+      size_t nb = code.find_first_not_of(' ');
+      if (nb != std::string::npos && code.compare(nb, 5, "File ") != 0) {
+        frame += ": " + code.substr(nb);
+        next = e2 == std::string::npos ? stack_trace.size() : e2 + 1;
+      }
+    }
+    bool in_torch = frame.find("/torch/") != std::string::npos ||
+                    frame.find("File \"torch/") != std::string::npos;
+    if (!in_torch || best.empty()) best = frame;
+    p = next;
   }
-  return frame;
+  return best;
 }
 
 Program parse_program(std::string_view json, const std::string& source) {
