@@ -77,3 +77,49 @@ def test_gpt_dynamic_batch_and_sequence(tmp_onnx, opset):
     assert r.weight_bytes < sum(p.numel() * 4 for p in m.parameters()) + 4096
     for b, t in ((1, 1), (3, 7), (2, 33)):
         assert_matches(m, tmp_onnx, {"idx": torch.randint(0, 512, (b, t))})
+
+
+CORE_ATEN_CASES = {
+    "mlp": (MLP, lambda: (torch.randn(4, 32),), {"x": {0: torch.export.Dim("batch")}},
+            lambda: {"x": torch.randn(3, 32)}),
+    "cnn": (lambda: randomize_bn(CNN()), lambda: (torch.randn(2, 3, 32, 32),),
+            {"x": {0: torch.export.Dim("batch")}}, lambda: {"x": torch.randn(1, 3, 32, 32)}),
+    "resnet18": (lambda: randomize_bn(ResNet18()), lambda: (torch.randn(2, 3, 64, 64),), None,
+                 lambda: {"x": torch.randn(2, 3, 64, 64)}),
+    "gpt": (GPT, lambda: (torch.randint(0, 512, (2, 16)),),
+            {"idx": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=128)}},
+            lambda: {"idx": torch.randint(0, 512, (3, 9))}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORE_ATEN_CASES))
+def test_core_aten_ir(tmp_onnx, name):
+    """The same models after run_decompositions() (core ATen: convolution,
+    _native_batch_norm_legit_no_training, addmm, native_layer_norm, the
+    decomposed attention) convert and match too."""
+    make, args, ds, new_inputs = CORE_ATEN_CASES[name]
+    torch.manual_seed(4)
+    m = make().eval()
+    ep = torch.export.export(m, args(), dynamic_shapes=ds).run_decompositions()
+    pt2onnx.export(ep, f=tmp_onnx)
+    check(tmp_onnx)
+    assert_matches(m, tmp_onnx, new_inputs())
+
+
+@pytest.mark.parametrize(
+    "opset", [o for o in range(pt2onnx.MIN_OPSET, pt2onnx.MAX_OPSET + 1) if o not in OPSETS]
+)
+def test_every_accepted_opset(tmp_onnx, opset):
+    """Beyond the 17/18/21 matrix: every opset export() accepts loads and
+    matches, on the CNN and the decoder."""
+    torch.manual_seed(5)
+    cnn = randomize_bn(CNN()).eval()
+    pt2onnx.export(cnn, (torch.randn(2, 3, 32, 32),), tmp_onnx, opset=opset,
+                   dynamic_shapes={"x": {0: "batch"}})
+    check(tmp_onnx)
+    assert_matches(cnn, tmp_onnx, {"x": torch.randn(3, 3, 32, 32)})
+    gpt = GPT(layers=1).eval()
+    pt2onnx.export(gpt, (torch.randint(0, 512, (2, 8)),), tmp_onnx, opset=opset,
+                   dynamic_shapes={"idx": {0: "batch", 1: "seq"}})
+    check(tmp_onnx)
+    assert_matches(gpt, tmp_onnx, {"idx": torch.randint(0, 512, (1, 5))})
