@@ -2,7 +2,6 @@
 // eye. Static results stay small in the file: ConstantOfShape, not a filled
 // initializer.
 #include <cmath>
-#include <cstring>
 
 #include "convert/context.h"
 #include "convert/registry.h"
@@ -11,47 +10,12 @@ namespace pt2onnx {
 
 namespace {
 
-// value tensor attribute for ConstantOfShape: one element of type t.
-std::optional<TensorData> one_element(DType t, double v) {
-  std::vector<uint8_t> b(dtype_size(t));
-  auto put = [&](auto x) { std::memcpy(b.data(), &x, sizeof x); };
-  switch (t) {
-    case DType::Float:
-      put(static_cast<float>(v));
-      break;
-    case DType::Double:
-      put(v);
-      break;
-    case DType::Int64:
-      put(static_cast<int64_t>(v));
-      break;
-    case DType::Int32:
-      put(static_cast<int32_t>(v));
-      break;
-    case DType::Int16:
-      put(static_cast<int16_t>(v));
-      break;
-    case DType::Int8:
-      put(static_cast<int8_t>(v));
-      break;
-    case DType::UInt8:
-      put(static_cast<uint8_t>(v));
-      break;
-    case DType::Bool:
-      put(static_cast<uint8_t>(v != 0));
-      break;
-    default:
-      return std::nullopt;
-  }
-  return TensorData::from_bytes(t, {1}, std::move(b));
-}
-
 // A tensor of shape `shape` (1-D int64 value) filled with `value`.
 std::string fill(Ctx& c, const std::string& shape, DType t, const std::string& value_arg,
                  std::optional<double> value) {
   ValueType out = c.out_type();
   if (value) {
-    if (auto one = one_element(t, *value))
+    if (auto one = TensorData::scalar(t, *value, {1}))  // ConstantOfShape's value
       return c.b.op("ConstantOfShape", {shape}, {Attr::Tensor("value", *one)}, out);
     return c.b.op("Expand", {c.b.scalar(t, *value), shape}, {}, out);
   }

@@ -104,44 +104,13 @@ std::string GraphBuilder::const_i64(const std::vector<int64_t>& v) {
 }
 
 std::string GraphBuilder::scalar(DType t, double v) {
-  std::vector<uint8_t> b(dtype_size(t));
-  auto put = [&](auto x) { std::memcpy(b.data(), &x, sizeof x); };
-  switch (t) {
-    case DType::Float:
-      put(static_cast<float>(v));
-      break;
-    case DType::Double:
-      put(v);
-      break;
-    case DType::Int64:
-      put(static_cast<int64_t>(v));
-      break;
-    case DType::Int32:
-      put(static_cast<int32_t>(v));
-      break;
-    case DType::Int16:
-      put(static_cast<int16_t>(v));
-      break;
-    case DType::Int8:
-      put(static_cast<int8_t>(v));
-      break;
-    case DType::UInt8:
-      put(static_cast<uint8_t>(v));
-      break;
-    case DType::Bool:
-      put(static_cast<uint8_t>(v != 0));
-      break;
-    case DType::Float16:
-    case DType::BFloat16: {
-      // Make it in float32 and let a Cast produce the 16-bit value exactly as
-      // the runtime would round it.
-      std::string f = scalar(DType::Float, v);
-      return op("Cast", {f}, {Attr::Int("to", static_cast<int64_t>(t))}, ValueType{t, Shape{}});
-    }
-    default:
-      throw Error("internal: cannot make a scalar constant of type " + std::string(dtype_name(t)));
+  if (auto d = TensorData::scalar(t, v)) return constant(std::move(*d));
+  if (t == DType::Float16 || t == DType::BFloat16) {
+    // Made in float32; a Cast rounds it exactly as the runtime would.
+    return op("Cast", {scalar(DType::Float, v)}, {Attr::Int("to", static_cast<int64_t>(t))},
+              ValueType{t, Shape{}});
   }
-  return constant(TensorData::from_bytes(t, {}, std::move(b)));
+  throw Error("internal: cannot make a scalar constant of type " + std::string(dtype_name(t)));
 }
 
 const TensorData* GraphBuilder::constant_value(const std::string& v) const {

@@ -67,6 +67,40 @@ TensorData TensorData::from_bytes(DType t, std::vector<int64_t> dims, std::vecto
   return d;
 }
 
+std::optional<TensorData> TensorData::scalar(DType t, double v, std::vector<int64_t> dims) {
+  std::vector<uint8_t> b(dtype_size(t));
+  auto put = [&](auto x) { std::memcpy(b.data(), &x, sizeof x); };
+  switch (t) {
+    case DType::Float:
+      put(static_cast<float>(v));
+      break;
+    case DType::Double:
+      put(v);
+      break;
+    case DType::Int64:
+      put(static_cast<int64_t>(v));
+      break;
+    case DType::Int32:
+      put(static_cast<int32_t>(v));
+      break;
+    case DType::Int16:
+      put(static_cast<int16_t>(v));
+      break;
+    case DType::Int8:
+      put(static_cast<int8_t>(v));
+      break;
+    case DType::UInt8:
+      put(static_cast<uint8_t>(v));
+      break;
+    case DType::Bool:
+      put(static_cast<uint8_t>(v != 0));
+      break;
+    default:
+      return std::nullopt;
+  }
+  return from_bytes(t, std::move(dims), std::move(b));
+}
+
 Attr Attr::Int(std::string n, int64_t v) {
   Attr a;
   a.name = std::move(n);

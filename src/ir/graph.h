@@ -56,6 +56,9 @@ struct TensorData {
     return reinterpret_cast<const T*>(bytes());
   }
   static TensorData from_bytes(DType t, std::vector<int64_t> dims, std::vector<uint8_t> bytes);
+  // One value `v` converted to type t, shaped `dims` (one element); nullopt for
+  // types a C++ cast cannot produce exactly (float16, bfloat16, ...).
+  static std::optional<TensorData> scalar(DType t, double v, std::vector<int64_t> dims = {});
   template <typename T>
   static TensorData from_vector(DType t, std::vector<int64_t> dims, const std::vector<T>& v) {
     std::vector<uint8_t> b(v.size() * sizeof(T));
