@@ -3,6 +3,7 @@
 // weights into an ONNX file.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -29,6 +30,8 @@ struct Options {
   std::map<std::string, std::map<int64_t, std::string>> input_dim_names;
   // Output dim names by output position -> axis -> name (torch.onnx dynamic_axes on outputs).
   std::map<int64_t, std::map<int64_t, std::string>> output_dim_names;
+  // Called from the converting thread as stages advance (fraction in 0..1).
+  std::function<void(std::string_view stage, double fraction)> progress;
 };
 
 // A view of one weight tensor owned by the caller (alive until convert returns).
@@ -38,6 +41,10 @@ struct WeightView {
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;  // elements; empty = contiguous
   uint64_t available_bytes = 0;  // readable bytes from `data` on
+  // Optional: the same bytes in a file (a mapped archive): descriptor and the
+  // offset of `data`, so the writer can copy them in the kernel.
+  int source_fd = -1;
+  uint64_t source_offset = 0;
 };
 
 using Weights = std::unordered_map<std::string, WeightView>;  // keyed by FQN
@@ -63,6 +70,38 @@ inline constexpr int kMaxOpset = 26;
 // error throws pt2onnx::Error and leaves no output file.
 Result convert_program(std::string_view program_json, const Weights& weights,
                        const std::string& output_path, const Options& options);
+
+// Converts the .pt2 archive at `input_path` (what torch.export.save writes;
+// older layouts too). The archive is memory-mapped and nothing in it is
+// executed: pickled payloads go through a reader that only accepts tensor
+// records. Timings add an "open" stage (mapping, zip and weight tables).
+Result convert(const std::string& input_path, const std::string& output_path,
+               const Options& options);
+
+// The same for archive bytes already in memory; `data` must stay alive until
+// the call returns.
+Result convert_buffer(const void* data, size_t size, const std::string& output_path,
+                      const Options& options);
+
+// What `pt2onnx inspect` prints.
+struct ArchiveInfo {
+  struct Value {
+    std::string name;
+    std::string dtype;
+    std::vector<std::string> dims;  // numbers, or symbols / expressions
+  };
+  std::string layout;
+  int schema_major = 0;
+  int schema_minor = 0;
+  std::string torch_version;
+  std::vector<Value> inputs;
+  std::vector<Value> outputs;
+  std::vector<std::pair<std::string, size_t>> op_histogram;  // most frequent first
+  std::vector<std::string> unsupported;                      // targets, at `opset`
+  size_t weights = 0;
+  uint64_t weight_bytes = 0;
+};
+ArchiveInfo inspect(const std::string& input_path, int opset = 18);
 
 // Every aten target this build converts at `opset`.
 std::vector<std::string> supported_targets(int opset);

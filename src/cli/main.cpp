@@ -1,40 +1,247 @@
-// The pt2onnx command. This scope: --version and --help; converting a
-// .pt2 archive arrives with the archive reader.
+// The pt2onnx command: converts .pt2 archives (torch.export.save) to ONNX
+// with no Python and no libtorch, and inspects them.
+//
+// Exit codes: 0 success, 1 conversion error, 2 usage error.
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "pt2onnx/pt2onnx.h"
 
 namespace {
 
+constexpr int kOk = 0, kConversionError = 1, kUsageError = 2;
+
 void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: pt2onnx MODEL.pt2 -o MODEL.onnx [--opset N]\n"
-               "       pt2onnx --version | --help\n\n"
-               "Converts a torch.export archive to ONNX without Python.\n"
-               "Opsets %d..%d. Reading .pt2 archives is not available in this build yet;\n"
-               "use pt2onnx.export() from Python.\n",
-               pt2onnx::kMinOpset, pt2onnx::kMaxOpset);
+  std::fprintf(
+      out,
+      "usage: pt2onnx MODEL.pt2 [-o MODEL.onnx] [options]\n"
+      "       pt2onnx inspect MODEL.pt2 [--opset N]\n"
+      "       pt2onnx --version | --help\n"
+      "\n"
+      "Converts a torch.export archive to ONNX without Python or libtorch; nothing in\n"
+      "the archive is executed.\n"
+      "\n"
+      "options:\n"
+      "  -o, --output PATH          output file (default: MODEL.onnx beside the input)\n"
+      "  --opset N                  ONNX opset, %d..%d (default %d)\n"
+      "  --external-data MODE       auto (default: above ~1.8 GB), always, never;\n"
+      "                             weights go to PATH.data\n"
+      "  --no-optimize              write the graph as converted (no passes)\n"
+      "  --input-names A [B ...]    rename graph inputs in order (commas work too)\n"
+      "  --output-names Y [Z ...]   rename graph outputs in order\n"
+      "  --dim-name INPUT:AXIS=NAME name a dynamic dim (dim_param), e.g. x:0=batch;\n"
+      "                             repeatable. torch.export.save does not keep Dim names.\n"
+      "  -q, --quiet                print nothing but errors\n"
+      "  -v, --verbose              print stage timings\n"
+      "\n"
+      "exit codes: 0 ok, 1 conversion error, 2 usage error\n",
+      pt2onnx::kMinOpset, pt2onnx::kMaxOpset, 18);
+}
+
+struct UsageError {
+  std::string what;
+};
+
+int parse_int(const std::string& s, const char* what) {
+  try {
+    size_t used = 0;
+    int v = std::stoi(s, &used);
+    if (used != s.size()) throw UsageError{};
+    return v;
+  } catch (...) {
+    throw UsageError{std::string(what) + " must be an integer, got '" + s + "'"};
+  }
+}
+
+void split_into(const std::string& s, std::vector<std::string>& out) {
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t c = s.find(',', start);
+    if (c == std::string::npos) c = s.size();
+    if (c > start) out.push_back(s.substr(start, c - start));
+    start = c + 1;
+  }
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1000 && u < 4) b /= 1000, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+int run_inspect(const std::vector<std::string>& args) {
+  std::string path;
+  int opset = 18;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--opset" && i + 1 < args.size())
+      opset = parse_int(args[++i], "--opset");
+    else if (!args[i].empty() && args[i][0] == '-')
+      throw UsageError{"unknown option " + args[i]};
+    else if (path.empty())
+      path = args[i];
+    else
+      throw UsageError{"inspect takes one archive"};
+  }
+  if (path.empty()) throw UsageError{"inspect needs an archive path"};
+  pt2onnx::ArchiveInfo info = pt2onnx::inspect(path, opset);
+  std::printf("archive:        %s\n", path.c_str());
+  std::printf("layout:         %s\n", info.layout.c_str());
+  std::printf("schema version: %d.%d\n", info.schema_major, info.schema_minor);
+  std::printf("torch version:  %s\n", info.torch_version.c_str());
+  auto print_values = [](const char* title, const auto& values) {
+    std::printf("%s:\n", title);
+    for (auto& v : values) {
+      std::string dims;
+      for (size_t k = 0; k < v.dims.size(); ++k) dims += (k ? ", " : "") + v.dims[k];
+      std::printf("  %-20s %s[%s]\n", v.name.c_str(), v.dtype.c_str(), dims.c_str());
+    }
+  };
+  print_values("inputs", info.inputs);
+  print_values("outputs", info.outputs);
+  std::printf("weights:        %zu tensors, %s\n", info.weights,
+              human_bytes(static_cast<double>(info.weight_bytes)).c_str());
+  std::printf("operators:\n");
+  for (auto& [t, n] : info.op_histogram) std::printf("  %6zu  %s\n", n, t.c_str());
+  if (info.unsupported.empty()) {
+    std::printf("all operators convert at opset %d\n", opset);
+  } else {
+    std::printf("not supported at opset %d:\n", opset);
+    for (auto& t : info.unsupported) std::printf("  %s\n", t.c_str());
+  }
+  return kOk;
+}
+
+int run_convert(const std::vector<std::string>& args) {
+  std::string input, output;
+  pt2onnx::Options o;
+  bool quiet = false, verbose = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) throw UsageError{a + " needs a value"};
+      return args[++i];
+    };
+    // Values until the next option (for the name lists).
+    auto values = [&](std::vector<std::string>& out) {
+      if (i + 1 >= args.size() || args[i + 1].starts_with("-"))
+        throw UsageError{a + " needs names"};
+      while (i + 1 < args.size() && !args[i + 1].starts_with("-")) split_into(args[++i], out);
+    };
+    if (a == "-o" || a == "--output") {
+      output = value();
+    } else if (a == "--opset") {
+      o.opset = parse_int(value(), "--opset");
+    } else if (a == "--external-data") {
+      const std::string& m = value();
+      if (m == "auto")
+        o.external_data = pt2onnx::ExternalData::Auto;
+      else if (m == "always")
+        o.external_data = pt2onnx::ExternalData::Always;
+      else if (m == "never")
+        o.external_data = pt2onnx::ExternalData::Never;
+      else
+        throw UsageError{"--external-data must be auto, always or never"};
+    } else if (a == "--no-optimize") {
+      o.optimize = false;
+    } else if (a == "--input-names") {
+      values(o.input_names);
+    } else if (a == "--output-names") {
+      values(o.output_names);
+    } else if (a == "--dim-name") {
+      const std::string& spec = value();
+      size_t colon = spec.rfind(':'), eq = spec.find('=');
+      if (colon == std::string::npos || eq == std::string::npos || eq < colon || colon == 0 ||
+          eq + 1 == spec.size())
+        throw UsageError{"--dim-name wants INPUT:AXIS=NAME, got '" + spec + "'"};
+      int axis = parse_int(spec.substr(colon + 1, eq - colon - 1), "--dim-name axis");
+      o.input_dim_names[spec.substr(0, colon)][axis] = spec.substr(eq + 1);
+    } else if (a == "-q" || a == "--quiet") {
+      quiet = true;
+    } else if (a == "-v" || a == "--verbose") {
+      verbose = true;
+    } else if (!a.empty() && a[0] == '-') {
+      throw UsageError{"unknown option " + a};
+    } else if (input.empty()) {
+      input = a;
+    } else {
+      throw UsageError{"unexpected argument '" + a + "'"};
+    }
+  }
+  if (input.empty()) throw UsageError{"no input archive"};
+  if (o.opset < pt2onnx::kMinOpset || o.opset > pt2onnx::kMaxOpset)
+    throw UsageError{"--opset must be in " + std::to_string(pt2onnx::kMinOpset) + ".." +
+                     std::to_string(pt2onnx::kMaxOpset)};
+  if (output.empty()) {
+    output = input;
+    if (output.ends_with(".pt2")) output.resize(output.size() - 4);
+    output += ".onnx";
+  }
+
+  // Progress on a terminal, once the conversion has run for a while.
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto last = start;
+  bool shown = false;
+  if (!quiet && ::isatty(STDERR_FILENO)) {
+    o.progress = [&](std::string_view stage, double fraction) {
+      auto now = clock::now();
+      if (now - start < std::chrono::milliseconds(500) ||
+          (now - last < std::chrono::milliseconds(100) && fraction < 1.0))
+        return;
+      last = now;
+      shown = true;
+      std::fprintf(stderr, "\rpt2onnx: %.*s %3.0f%%", static_cast<int>(stage.size()), stage.data(),
+                   fraction * 100);
+      std::fflush(stderr);
+    };
+  }
+  pt2onnx::Result r = pt2onnx::convert(input, output, o);
+  if (shown) std::fprintf(stderr, "\r\033[K");
+  double total = std::chrono::duration<double>(clock::now() - start).count();
+  if (!quiet) {
+    std::printf("wrote %s (opset %d, %zu nodes, %zu initializers, %s of weights", output.c_str(),
+                r.opset, r.nodes, r.initializers,
+                human_bytes(static_cast<double>(r.weight_bytes)).c_str());
+    for (auto& d : r.data_paths) std::printf(", data in %s", d.c_str());
+    std::printf(") in %.3f s\n", total);
+  }
+  if (verbose) {
+    for (auto& [stage, secs] : r.timings)
+      std::printf("  %-9s %9.3f ms\n", stage.c_str(), secs * 1e3);
+  }
+  return kOk;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (args.empty()) throw UsageError{"no input archive"};
+    if (args[0] == "--version" || args[0] == "-V") {
+      std::printf("pt2onnx %s\n", PT2ONNX_VERSION);
+      return kOk;
+    }
+    if (args[0] == "--help" || args[0] == "-h") {
+      usage(stdout);
+      return kOk;
+    }
+    if (args[0] == "inspect") return run_inspect({args.begin() + 1, args.end()});
+    return run_convert(args);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "pt2onnx: %s\n\n", e.what.c_str());
     usage(stderr);
-    return 2;
+    return kUsageError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pt2onnx: error: %s\n", e.what());
+    return kConversionError;
   }
-  std::string a = argv[1];
-  if (a == "--version" || a == "-V") {
-    std::printf("pt2onnx %s\n", PT2ONNX_VERSION);
-    return 0;
-  }
-  if (a == "--help" || a == "-h") {
-    usage(stdout);
-    return 0;
-  }
-  std::fprintf(stderr, "pt2onnx: converting .pt2 archives is not implemented yet\n");
-  usage(stderr);
-  return 2;
 }

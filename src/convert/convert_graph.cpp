@@ -84,34 +84,19 @@ void check_weight(const std::string& fqn, const WeightView& w, const schema::Ten
   if (t != m.dtype)
     bad("dtype is " + w.dtype + " but the program records " + std::string(dtype_name(m.dtype)));
   if (w.sizes.size() != m.sizes.size()) bad("rank differs from the program's metadata");
-  int64_t numel = 1;
   for (size_t i = 0; i < w.sizes.size(); ++i) {
     Dim d = ctx.meta_dim(m.sizes[i]);
     if (!d.is_static() || d.value != w.sizes[i])
       bad("size " + std::to_string(w.sizes[i]) + " at dim " + std::to_string(i) +
           " differs from the program's metadata");
-    numel *= w.sizes[i];
   }
   // The furthest element any stride reaches must be readable.
-  uint64_t span = 0;
-  if (numel > 0) {
-    if (w.strides.empty()) {
-      span = static_cast<uint64_t>(numel);
-    } else {
-      if (w.strides.size() != w.sizes.size()) bad("strides do not match sizes");
-      int64_t last = 0;
-      for (size_t i = 0; i < w.sizes.size(); ++i) {
-        if (w.strides[i] < 0) bad("negative stride");
-        last += (w.sizes[i] - 1) * w.strides[i];
-      }
-      span = static_cast<uint64_t>(last) + 1;
-    }
-  }
-  uint64_t need = span * dtype_size(t);
-  if (need > w.available_bytes)
-    bad("needs " + std::to_string(need) + " bytes but only " + std::to_string(w.available_bytes) +
+  auto need = strided_span_bytes(w.sizes, w.strides, dtype_size(t));
+  if (!need) bad("sizes / strides are negative or overflow");
+  if (*need > w.available_bytes)
+    bad("needs " + std::to_string(*need) + " bytes but only " + std::to_string(w.available_bytes) +
         " are available (weight data shorter than its metadata)");
-  if (numel > 0 && !w.data) bad("no data");
+  if (*need > 0 && !w.data) bad("no data");
 }
 
 }  // namespace
@@ -183,6 +168,8 @@ Graph convert_graph(const schema::Program& prog, const Weights& weights, const O
         d.dims = w->second.sizes;
         d.strides = w->second.strides;
         d.data = static_cast<const uint8_t*>(w->second.data);
+        d.src_fd = w->second.source_fd;
+        d.src_offset = w->second.source_offset;
         env.values[spec.arg_name] = b.initializer(spec.target, std::move(d));
         break;
       }

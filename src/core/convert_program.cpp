@@ -49,6 +49,7 @@ Result convert_program(std::string_view program_json, const Weights& weights,
   wo.external_data = options.external_data;
   wo.external_data_threshold = options.external_data_threshold;
   wo.external_min_tensor_bytes = options.external_min_tensor_bytes;
+  wo.progress = options.progress;
   WriteResult w = write_model(g, output_path, wo);
   auto t4 = clock::now();
 

@@ -19,6 +19,34 @@ std::optional<std::vector<int64_t>> ValueType::static_dims() const {
   return r;
 }
 
+std::optional<uint64_t> strided_span_bytes(const std::vector<int64_t>& sizes,
+                                           const std::vector<int64_t>& strides, size_t elem_size) {
+  if (!strides.empty() && strides.size() != sizes.size()) return std::nullopt;
+  uint64_t numel = 1, last = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < 0) return std::nullopt;
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(sizes[i]), &numel)) return std::nullopt;
+  }
+  if (numel == 0) return 0;
+  if (strides.empty()) {
+    last = numel - 1;
+  } else {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (strides[i] < 0) return std::nullopt;
+      uint64_t term;
+      if (__builtin_mul_overflow(static_cast<uint64_t>(sizes[i] - 1),
+                                 static_cast<uint64_t>(strides[i]), &term) ||
+          __builtin_add_overflow(last, term, &last))
+        return std::nullopt;
+    }
+  }
+  uint64_t bytes;
+  if (__builtin_add_overflow(last, uint64_t{1}, &last) ||
+      __builtin_mul_overflow(last, static_cast<uint64_t>(elem_size), &bytes))
+    return std::nullopt;
+  return bytes;
+}
+
 int64_t TensorData::numel() const {
   int64_t n = 1;
   for (auto d : dims) n *= d;

@@ -44,6 +44,11 @@ struct TensorData {
   std::vector<int64_t> strides;
   const uint8_t* data = nullptr;
   std::shared_ptr<const std::vector<uint8_t>> owned;
+  // When the bytes also lie in a file (a mapped archive): the file and the
+  // offset of `data`. The writer may then copy in the kernel, and may drop the
+  // mapped pages after reading them.
+  int src_fd = -1;
+  uint64_t src_offset = 0;
 
   int64_t numel() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
@@ -66,6 +71,11 @@ struct TensorData {
     return from_bytes(t, std::move(dims), std::move(b));
   }
 };
+
+// Bytes spanned by a strided view: (size-1)*stride summed, plus one element;
+// nullopt on negative values or overflow. Contiguous when strides is empty.
+std::optional<uint64_t> strided_span_bytes(const std::vector<int64_t>& sizes,
+                                           const std::vector<int64_t>& strides, size_t elem_size);
 
 struct Initializer {
   std::string name;

@@ -1,6 +1,7 @@
 #include "onnx/model_writer.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <bit>
@@ -45,6 +46,28 @@ class FileOut {
     raw(p, n);
   }
   void zeros(size_t n) { put(std::string(n, '\0')); }
+  // Copies n bytes of file `fd` at `off` in the kernel (no pages pass through
+  // this process). False if the kernel cannot do it here (then nothing was
+  // copied and the caller writes from memory).
+  bool copy_from(int fd, uint64_t off, size_t n) {
+    flush();
+    auto in_off = static_cast<loff_t>(off);
+    size_t done = 0;
+    while (done < n) {
+      ssize_t w = ::copy_file_range(fd, &in_off, fd_, nullptr, n - done, 0);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        if (done == 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
+                          errno == EOPNOTSUPP || errno == EBADF))
+          return false;
+        throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
+      }
+      if (w == 0) throw Error("unexpected end of input while copying into '" + path_ + "'");
+      done += static_cast<size_t>(w);
+    }
+    written_ += n;
+    return true;
+  }
   void close() {
     flush();
     if (::close(fd_) != 0) {
@@ -89,6 +112,19 @@ struct TempFiles {
       for (auto& p : paths) std::remove(p.c_str());
   }
 };
+
+constexpr size_t kKernelCopyMin = 64 << 10;  // below this a memory write is as cheap
+
+// Drops pages of a file-backed (read-only, private) mapping after reading
+// them, so streaming a large archive does not grow resident memory.
+void release_mapped(const TensorData& t) {
+  auto span = strided_span_bytes(t.dims, t.strides, dtype_size(t.dtype));
+  if (!span || !*span) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  uintptr_t b = (reinterpret_cast<uintptr_t>(t.data) + page - 1) & ~(page - 1);
+  uintptr_t e = (reinterpret_cast<uintptr_t>(t.data) + *span) & ~(page - 1);
+  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
 
 void tensor_header(Msg& m, const TensorData& t, const std::string& name) {
   for (auto d : t.dims) m.int_field(1, d);
@@ -298,13 +334,23 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   std::string tmp_data = data_path + ".tmp" + std::to_string(::getpid());
   temps.paths.push_back(tmp_model);
 
-  auto payload = [](FileOut& out, const TensorData& t) {
-    if (t.is_contiguous()) {
-      out.put_big(t.bytes(), t.nbytes());
-    } else {
-      auto c = t.contiguous_copy();
-      out.put_big(c.data(), c.size());
+  uint64_t total = result.weight_bytes, done = 0;
+  auto payload = [&](FileOut& out, const TensorData& t) {
+    const size_t n = t.nbytes();
+    bool copied = false;
+    if (t.is_contiguous() && t.src_fd >= 0 && n >= kKernelCopyMin)
+      copied = out.copy_from(t.src_fd, t.src_offset, n);
+    if (!copied) {
+      if (t.is_contiguous()) {
+        out.put_big(t.bytes(), n);
+      } else {
+        auto c = t.contiguous_copy();
+        out.put_big(c.data(), c.size());
+      }
+      if (t.src_fd >= 0) release_mapped(t);
     }
+    done += n;
+    if (opt.progress) opt.progress("write", total ? static_cast<double>(done) / total : 1.0);
   };
 
   {

@@ -2,6 +2,7 @@
 // to the file (and to a side file for external data). Writes to temporary
 // names and renames on success: a failed export leaves nothing behind.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ struct WriteOptions {
   ExternalData external_data = ExternalData::Auto;
   uint64_t external_data_threshold = 1800ull << 20;
   uint64_t external_min_tensor_bytes = 1024;
+  std::function<void(std::string_view stage, double fraction)> progress;
 };
 
 struct WriteResult {

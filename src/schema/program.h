@@ -148,6 +148,18 @@ struct Program {
   std::string torch_version;
 };
 
+// One entry of data/weights/model_weights_config.json (or the constants'):
+// which raw file holds the tensor's storage and how to view it.
+struct PayloadEntry {
+  std::string path_name;
+  bool is_param = false;
+  bool use_pickle = false;
+  std::optional<TensorMeta> tensor_meta;
+};
+// FQN -> entry, in file order.
+std::vector<std::pair<std::string, PayloadEntry>> parse_payload_config(std::string_view json,
+                                                                       const std::string& source);
+
 // Parses the ExportedProgram JSON (what torch.export.save writes as
 // models/model.json). `source` names the input in error messages.
 Program parse_program(std::string_view json, const std::string& source = "model.json");

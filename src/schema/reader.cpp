@@ -456,6 +456,28 @@ std::string Node::source_line() const {
   return best;
 }
 
+std::vector<std::pair<std::string, PayloadEntry>> parse_payload_config(std::string_view json,
+                                                                       const std::string& source) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  auto err = parser.parse(json.data(), json.size()).get(root);
+  if (err) throw Error(source + ": malformed JSON: " + std::string(simdjson::error_message(err)));
+  Reader r(source);
+  std::vector<std::pair<std::string, PayloadEntry>> out;
+  simdjson::dom::object top = r.obj(root, "$");
+  for (auto [fqn, v] : r.obj(r.req(top, "config", "$"), "$.config")) {
+    std::string p = "$.config." + std::string(fqn);
+    simdjson::dom::object o = r.obj(v, p);
+    PayloadEntry e;
+    e.path_name = r.str(r.req(o, "path_name", p), p + ".path_name");
+    if (auto x = r.field(o, "is_param")) e.is_param = r.boolean(*x, p + ".is_param");
+    if (auto x = r.field(o, "use_pickle")) e.use_pickle = r.boolean(*x, p + ".use_pickle");
+    if (auto x = r.field(o, "tensor_meta")) e.tensor_meta = r.tensor_meta(*x, p + ".tensor_meta");
+    out.emplace_back(std::string(fqn), std::move(e));
+  }
+  return out;
+}
+
 Program parse_program(std::string_view json, const std::string& source) {
   simdjson::dom::parser parser;
   simdjson::dom::element root;

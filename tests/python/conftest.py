@@ -38,3 +38,48 @@ def assert_matches(model, path, inputs, atol=ATOL, rtol=RTOL):
 @pytest.fixture
 def tmp_onnx(tmp_path):
     return str(tmp_path / "model.onnx")
+
+
+CLI = os.environ.get(
+    "PT2ONNX_CLI", os.path.join(os.path.dirname(__file__), "..", "..", "build", "cpp", "pt2onnx")
+)
+
+
+def cli_path():
+    if not os.path.exists(CLI):
+        pytest.fail(f"pt2onnx command not built at {CLI} (run `make cpp`)")
+    return CLI
+
+
+def assert_same_both_ways(model, args, onnx_path, *, dynamic_shapes=None, opset=18,
+                          kwargs=None, extra_cli_args=()):
+    """`pt2onnx.export(model, ...)` already wrote `onnx_path`; torch.export.save
+    of the same capture converted by the pt2onnx command must give the same
+    bytes (model and external data). Dim names go to the command as --dim-name
+    since torch.export.save does not keep them."""
+    import filecmp
+    import subprocess
+
+    import torch
+
+    from pt2onnx._export import _dynamic_shapes
+
+    ds, in_names, _ = _dynamic_shapes(model, args, kwargs, dynamic_shapes, None, None, None)
+    ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds)
+    work = os.path.join(os.path.dirname(onnx_path), "via_pt2")
+    os.makedirs(work, exist_ok=True)
+    pt2 = os.path.join(work, "model.pt2")
+    torch.export.save(ep, pt2)
+    out = os.path.join(work, os.path.basename(onnx_path))  # same name: same data `location`
+    cmd = [cli_path(), pt2, "-o", out, "--opset", str(opset), "-q", *extra_cli_args]
+    for inp, axes in in_names.items():
+        for axis, name in axes.items():
+            cmd += ["--dim-name", f"{inp}:{axis}={name}"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert filecmp.cmp(onnx_path, out, shallow=False), "ONNX differs between Python and .pt2 paths"
+    if os.path.exists(onnx_path + ".data"):
+        assert filecmp.cmp(onnx_path + ".data", out + ".data", shallow=False)
+    else:
+        assert not os.path.exists(out + ".data")
+    return pt2

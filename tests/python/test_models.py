@@ -5,7 +5,7 @@ and matches PyTorch in onnxruntime on inputs other than the export inputs
 import onnx
 import pytest
 import torch
-from conftest import assert_matches
+from conftest import assert_matches, assert_same_both_ways
 from models import CNN, GPT, MLP, ResNet18, randomize_bn
 
 import pt2onnx
@@ -29,6 +29,7 @@ def test_mlp(tmp_onnx, opset):
     m = MLP().eval()
     r = pt2onnx.export(m, (torch.randn(4, 32),), tmp_onnx, opset=opset)
     assert r.opset == opset
+    assert_same_both_ways(m, (torch.randn(4, 32),), tmp_onnx, opset=opset)
     mp = check(tmp_onnx)
     assert mp.opset_import[0].version == opset
     assert input_dims(mp) == [4, 32]
@@ -42,6 +43,8 @@ def test_cnn_dynamic_batch(tmp_onnx, opset):
     batch = torch.export.Dim("batch")
     pt2onnx.export(m, (torch.randn(2, 3, 32, 32),), tmp_onnx, opset=opset,
                    dynamic_shapes={"x": {0: batch}})
+    assert_same_both_ways(m, (torch.randn(2, 3, 32, 32),), tmp_onnx, opset=opset,
+                          dynamic_shapes={"x": {0: batch}})
     mp = check(tmp_onnx)
     assert input_dims(mp) == ["batch", 3, 32, 32]
     out_dims = [d.dim_param or d.dim_value for d in mp.graph.output[0].type.tensor_type.shape.dim]
@@ -56,6 +59,8 @@ def test_resnet18(tmp_onnx, opset):
     m = randomize_bn(ResNet18()).eval()
     pt2onnx.export(m, (torch.randn(2, 3, 64, 64),), tmp_onnx, opset=opset,
                    dynamic_shapes={"x": {0: "batch"}})
+    assert_same_both_ways(m, (torch.randn(2, 3, 64, 64),), tmp_onnx, opset=opset,
+                          dynamic_shapes={"x": {0: "batch"}})
     check(tmp_onnx)
     for b in (1, 2, 5):
         assert_matches(m, tmp_onnx, {"x": torch.randn(b, 3, 64, 64)})
@@ -66,9 +71,9 @@ def test_gpt_dynamic_batch_and_sequence(tmp_onnx, opset):
     torch.manual_seed(3)
     m = GPT().eval()
     idx = torch.randint(0, 512, (2, 16))
-    r = pt2onnx.export(m, (idx,), tmp_onnx, opset=opset,
-                       dynamic_shapes={"idx": {0: torch.export.Dim("batch"),
-                                               1: torch.export.Dim("seq", max=128)}})
+    ds = {"idx": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=128)}}
+    r = pt2onnx.export(m, (idx,), tmp_onnx, opset=opset, dynamic_shapes=ds)
+    assert_same_both_ways(m, (idx,), tmp_onnx, opset=opset, dynamic_shapes=ds)
     mp = check(tmp_onnx)
     assert input_dims(mp) == ["batch", "seq"]
     # The tied head shares the embedding's initializer: stored once.

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from onnx import numpy_helper
 
 import pt2onnx
+from conftest import assert_same_both_ways
 
 
 class Mixed(nn.Module):
@@ -41,6 +42,8 @@ def exported(tmp_path_factory):
     ds = {"x": {0: "batch"}}
     pt2onnx.export(m, args, inline, opset=20, dynamic_shapes=ds)
     r = pt2onnx.export(m, args, ext, opset=20, dynamic_shapes=ds, external_data=True)
+    assert_same_both_ways(m, args, ext, opset=20, dynamic_shapes=ds,
+                          extra_cli_args=("--external-data", "always"))
     return m, inline, ext, r
 
 

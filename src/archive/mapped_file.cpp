@@ -1,0 +1,47 @@
+#include "archive/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "pt2onnx/error.h"
+
+namespace pt2onnx {
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw Error("cannot open '" + path + "': " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw Error("'" + path + "' is not a regular file");
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ == 0) return;
+  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    ::close(fd_);
+    throw Error("cannot map '" + path + "': " + std::strerror(e));
+  }
+  data_ = static_cast<const uint8_t*>(p);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MappedFile::release(const uint8_t* p, size_t n) const {
+  if (!data_ || p < data_ || p + n > data_ + size_) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
+}  // namespace pt2onnx

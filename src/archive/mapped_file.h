@@ -1,0 +1,31 @@
+// A read-only memory map of a whole file (weights are read in place).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace pt2onnx {
+
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  // Drops the pages of [p, p+n) from this process (they stay in the page
+  // cache), so streaming a large file does not grow resident memory.
+  void release(const uint8_t* p, size_t n) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace pt2onnx

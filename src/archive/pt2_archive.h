@@ -1,0 +1,55 @@
+// Opens a .pt2 archive (torch.export.save) without Python and without running
+// anything from it: the ExportedProgram JSON and a view of every weight and
+// constant, read in place from the memory-mapped file.
+//
+// Layouts read (REFERENCE.md section 1):
+//   current (torch >= ~2.9): <root>/models/model.json, data/weights/ +
+//     model_weights_config.json (raw storages), data/constants/ (same)
+//   older (~2.8): <root>/data/weights/model.pt and data/constants/model.pt,
+//     torch.save pickles (read by the restricted unpickler)
+//   oldest (<= 2.7): no root folder; serialized_exported_program.json,
+//     serialized_state_dict.pt, serialized_constants.pt
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "archive/mapped_file.h"
+#include "archive/zip_reader.h"
+#include "pt2onnx/pt2onnx.h"
+
+namespace pt2onnx {
+
+class Pt2Archive {
+ public:
+  // From a file (memory-mapped) or from bytes the caller keeps alive.
+  static std::unique_ptr<Pt2Archive> open(const std::string& path);
+  static std::unique_ptr<Pt2Archive> from_memory(const uint8_t* data, size_t size,
+                                                 const std::string& what);
+
+  std::string_view program_json() const { return json_; }
+  const Weights& weights() const { return weights_; }
+  const std::string& layout() const { return layout_; }
+  const std::string& source() const { return what_; }
+
+ private:
+  Pt2Archive() = default;
+  void load();
+  void load_current(const std::string& root);
+  void load_pickled(const ZipEntry& outer, const std::string& kind);
+  void add_raw_payloads(const std::string& config_entry, const std::string& dir);
+  std::string_view entry_text(const ZipEntry& e) const;
+  const ZipEntry& require(const std::string& name) const;
+
+  std::unique_ptr<MappedFile> file_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string what_;
+  std::unique_ptr<ZipReader> zip_;
+  std::string_view json_;
+  std::string layout_;
+  Weights weights_;
+  std::vector<std::vector<uint8_t>> zeros_;  // fake tensors (empty storage files)
+};
+
+}  // namespace pt2onnx

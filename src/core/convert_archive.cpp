@@ -1,0 +1,83 @@
+// .pt2 archives: open (map, zip, weight tables) then the common pipeline.
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "archive/pt2_archive.h"
+#include "convert/convert_graph.h"
+#include "convert/registry.h"
+#include "ir/graph.h"
+#include "pt2onnx/pt2onnx.h"
+#include "schema/program.h"
+
+namespace pt2onnx {
+
+namespace {
+
+Result convert_opened(const Pt2Archive& a, const std::string& output_path, const Options& options,
+                      double open_seconds) {
+  Result r = convert_program(a.program_json(), a.weights(), output_path, options);
+  r.timings.insert(r.timings.begin(), {"open", open_seconds});
+  return r;
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Result convert(const std::string& input_path, const std::string& output_path,
+               const Options& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto a = Pt2Archive::open(input_path);
+  return convert_opened(*a, output_path, options, since(t0));
+}
+
+Result convert_buffer(const void* data, size_t size, const std::string& output_path,
+                      const Options& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto a = Pt2Archive::from_memory(static_cast<const uint8_t*>(data), size, "<archive in memory>");
+  return convert_opened(*a, output_path, options, since(t0));
+}
+
+ArchiveInfo inspect(const std::string& input_path, int opset) {
+  auto a = Pt2Archive::open(input_path);
+  schema::Program p = schema::parse_program(a->program_json(), input_path + ": model.json");
+  ArchiveInfo info;
+  info.layout = a->layout();
+  info.schema_major = p.schema_major;
+  info.schema_minor = p.schema_minor;
+  info.torch_version = p.torch_version;
+  auto describe = [&](const std::string& name) {
+    ArchiveInfo::Value v;
+    v.name = name;
+    auto it = p.graph.tensor_values.find(name);
+    if (it == p.graph.tensor_values.end()) return v;
+    v.dtype = std::string(dtype_name(it->second.dtype));
+    for (auto& s : it->second.sizes)
+      v.dims.push_back(s.value ? std::to_string(*s.value) : s.expr->render());
+    return v;
+  };
+  for (auto& s : p.input_specs)
+    if (s.kind == schema::InputSpec::Kind::UserInput) info.inputs.push_back(describe(s.arg_name));
+  for (auto& s : p.output_specs)
+    if (s.kind == schema::OutputSpec::Kind::UserOutput)
+      info.outputs.push_back(describe(s.arg.name));
+  std::map<std::string, size_t> hist;
+  for (auto& n : p.graph.nodes) ++hist[n.target];
+  for (auto& [t, n] : hist) {
+    info.op_histogram.emplace_back(t, n);
+    if (!is_ignored_target(t) && !registry().find(t, opset)) info.unsupported.push_back(t);
+  }
+  std::stable_sort(info.op_histogram.begin(), info.op_histogram.end(),
+                   [](auto& x, auto& y) { return x.second > y.second; });
+  for (auto& [fqn, w] : a->weights()) {
+    ++info.weights;
+    if (auto b = strided_span_bytes(w.sizes, w.strides, dtype_size(dtype_from_torch_name(w.dtype))))
+      info.weight_bytes += *b;
+  }
+  return info;
+}
+
+}  // namespace pt2onnx
