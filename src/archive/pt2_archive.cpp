@@ -53,6 +53,7 @@ void Pt2Archive::load() {
   if (const ZipEntry* ep = zip_->find("serialized_exported_program.json")) {
     layout_ = "legacy (torch <= 2.7): serialized_exported_program.json";
     json_ = entry_text(*ep);
+    json_source_ = what_ + ": " + ep->name;
     load_pickled(require("serialized_state_dict.pt"), "serialized_state_dict.pt");
     if (const ZipEntry* c = zip_->find("serialized_constants.pt"))
       load_pickled(*c, "serialized_constants.pt");
@@ -92,6 +93,7 @@ void Pt2Archive::load_current(const std::string& root) {
     model = only;
   }
   json_ = entry_text(*model);
+  json_source_ = what_ + ": " + model->name;
   std::string stem = model->name.substr((root + "models/").size());
   stem = stem.substr(0, stem.size() - 5);  // drop ".json"
 

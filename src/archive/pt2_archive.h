@@ -28,6 +28,8 @@ class Pt2Archive {
                                                  const std::string& what);
 
   std::string_view program_json() const { return json_; }
+  // "<archive>: <entry>" of the program JSON, for error messages.
+  const std::string& program_source() const { return json_source_; }
   const Weights& weights() const { return weights_; }
   const std::string& layout() const { return layout_; }
   const std::string& source() const { return what_; }
@@ -47,6 +49,7 @@ class Pt2Archive {
   std::string what_;
   std::unique_ptr<ZipReader> zip_;
   std::string_view json_;
+  std::string json_source_;
   std::string layout_;
   Weights weights_;
   std::vector<std::vector<uint8_t>> zeros_;  // fake tensors (empty storage files)

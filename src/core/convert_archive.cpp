@@ -6,6 +6,7 @@
 #include "archive/pt2_archive.h"
 #include "convert/convert_graph.h"
 #include "convert/registry.h"
+#include "core/pipeline.h"
 #include "ir/graph.h"
 #include "pt2onnx/pt2onnx.h"
 #include "schema/program.h"
@@ -16,7 +17,8 @@ namespace {
 
 Result convert_opened(const Pt2Archive& a, const std::string& output_path, const Options& options,
                       double open_seconds) {
-  Result r = convert_program(a.program_json(), a.weights(), output_path, options);
+  Result r =
+      convert_program_from(a.program_json(), a.program_source(), a.weights(), output_path, options);
   r.timings.insert(r.timings.begin(), {"open", open_seconds});
   return r;
 }
@@ -43,7 +45,7 @@ Result convert_buffer(const void* data, size_t size, const std::string& output_p
 
 ArchiveInfo inspect(const std::string& input_path, int opset) {
   auto a = Pt2Archive::open(input_path);
-  schema::Program p = schema::parse_program(a->program_json(), input_path + ": model.json");
+  schema::Program p = schema::parse_program(a->program_json(), a->program_source());
   ArchiveInfo info;
   info.layout = a->layout();
   info.schema_major = p.schema_major;
@@ -72,10 +74,21 @@ ArchiveInfo inspect(const std::string& input_path, int opset) {
   }
   std::stable_sort(info.op_histogram.begin(), info.op_histogram.end(),
                    [](auto& x, auto& y) { return x.second > y.second; });
+  // Bytes stored, not bytes viewed: tied / aliased weights share storage, so
+  // count the union of their byte ranges.
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
   for (auto& [fqn, w] : a->weights()) {
     ++info.weights;
-    if (auto b = strided_span_bytes(w.sizes, w.strides, dtype_size(dtype_from_torch_name(w.dtype))))
-      info.weight_bytes += *b;
+    auto b = strided_span_bytes(w.sizes, w.strides, dtype_size(dtype_from_torch_name(w.dtype)));
+    auto start = reinterpret_cast<uintptr_t>(w.data);
+    if (b && *b) ranges.emplace_back(start, start + *b);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  uintptr_t end = 0;
+  for (auto [b, e] : ranges) {
+    if (e <= end) continue;
+    info.weight_bytes += e - std::max(b, end);
+    end = e;
   }
   return info;
 }

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "convert/convert_graph.h"
+#include "core/pipeline.h"
 #include "onnx/model_writer.h"
 #include "opt/passes.h"
 #include "pt2onnx/pt2onnx.h"
@@ -23,6 +24,12 @@ int ir_version_for_opset(int opset) {
 
 Result convert_program(std::string_view program_json, const Weights& weights,
                        const std::string& output_path, const Options& options) {
+  return convert_program_from(program_json, "ExportedProgram JSON", weights, output_path, options);
+}
+
+Result convert_program_from(std::string_view program_json, const std::string& source,
+                            const Weights& weights, const std::string& output_path,
+                            const Options& options) {
   using clock = std::chrono::steady_clock;
   auto secs = [](clock::time_point a, clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
@@ -37,7 +44,7 @@ Result convert_program(std::string_view program_json, const Weights& weights,
   r.ir_version = ir_version_for_opset(options.opset);
 
   auto t0 = clock::now();
-  schema::Program prog = schema::parse_program(program_json, "ExportedProgram JSON");
+  schema::Program prog = schema::parse_program(program_json, source);
   auto t1 = clock::now();
   Graph g = convert_graph(prog, weights, options);
   auto t2 = clock::now();
