@@ -6,7 +6,8 @@ CPP_BUILD := build/cpp
 APT_PACKAGES := libsimdjson-dev libgtest-dev clang-format
 STAMP := build/.deps-stamp
 
-.PHONY: all deps build python cpp demo test test-quick test-cpp test-python format format-check clean
+.PHONY: all deps deps-clang build python cpp demo test test-quick test-cpp test-python \
+        test-sanitize fuzz format format-check clean
 
 all: build
 
@@ -21,6 +22,15 @@ $(STAMP): requirements-dev.txt Makefile
 	fi
 	$(PYTHON) -m pip install -q -r requirements-dev.txt
 	@mkdir -p build && touch $(STAMP)
+
+# clang + libFuzzer, only for `make fuzz`.
+FUZZ_APT := clang-14 libclang-rt-14-dev
+deps-clang:
+	@missing=""; for p in $(FUZZ_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
 
 # The Python package (nanobind extension built by scikit-build-core; the
 # build directory persists, so rebuilds are incremental).
@@ -48,6 +58,28 @@ test: test-cpp test-python
 # Everyday loop: skips the tests marked slow (the >2 GB export).
 test-quick: test-cpp python
 	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) -m pytest tests/python -q -m "not slow"
+
+# C++ tests (hostile-archive corpus included) under ASan + UBSan.
+ASAN_BUILD := build/asan
+test-sanitize: deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPT2ONNX_TESTS=ON \
+	  -DPT2ONNX_SANITIZE=ON -DPT2ONNX_WERROR=ON >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target pt2onnx_tests
+	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
+
+# libFuzzer on the archive + schema reader, seeded with the corpus; bounded.
+FUZZ_BUILD := build/fuzz
+FUZZ_SECONDS ?= 60
+fuzz: deps deps-clang
+	CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DPT2ONNX_FUZZ=ON >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_archive
+	mkdir -p $(FUZZ_BUILD)/corpus && cp tests/data/hostile/*.pt2 $(FUZZ_BUILD)/corpus/
+	@rc=0; $(FUZZ_BUILD)/fuzz_archive $(FUZZ_BUILD)/corpus -max_total_time=$(FUZZ_SECONDS) \
+	  -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/ \
+	  > $(FUZZ_BUILD)/fuzz.log 2>&1 || rc=$$?; \
+	grep -E "^(Done|stat::|==.*ERROR|SUMMARY)" $(FUZZ_BUILD)/fuzz.log; \
+	if [ $$rc -ne 0 ]; then tail -n 60 $(FUZZ_BUILD)/fuzz.log; fi; exit $$rc
 
 FORMAT_FILES = $(shell git ls-files '*.cpp' '*.h')
 format:
