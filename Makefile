@@ -3,11 +3,11 @@
 PYTHON ?= python3
 JOBS ?= $(shell nproc)
 CPP_BUILD := build/cpp
-APT_PACKAGES := libsimdjson-dev libgtest-dev clang-format
+APT_PACKAGES := libsimdjson-dev libgtest-dev clang-format time
 STAMP := build/.deps-stamp
 
 .PHONY: all deps deps-clang build python cpp demo test test-quick test-cpp test-python \
-        test-sanitize fuzz format format-check clean
+        test-sanitize fuzz bench-pt2 format format-check clean
 
 all: build
 
@@ -86,6 +86,10 @@ format:
 	clang-format -i $(FORMAT_FILES)
 format-check:
 	clang-format --dry-run --Werror $(FORMAT_FILES)
+
+# .pt2 conversion against cp (~2 min; writes bench/results_pt2.md).
+bench-pt2: cpp
+	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) bench/pt2_convert.py
 
 clean:
 	rm -rf build
