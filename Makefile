@@ -7,7 +7,7 @@ APT_PACKAGES := libsimdjson-dev libgtest-dev clang-format time
 STAMP := build/.deps-stamp
 
 .PHONY: all deps deps-clang build python cpp demo test test-quick test-cpp test-python \
-        test-sanitize fuzz bench-pt2 format format-check clean
+        test-sanitize fuzz bench bench-quick bench-deps bench-pt2 format format-check clean
 
 all: build
 
@@ -86,6 +86,15 @@ format:
 	clang-format -i $(FORMAT_FILES)
 format-check:
 	clang-format --dry-run --Werror $(FORMAT_FILES)
+
+# pt2onnx against torch.onnx.export (full series: long; writes bench/results.md + plots).
+bench-deps: deps
+	$(PYTHON) -m pip install -q -r bench/requirements.txt
+bench: python bench-deps
+	$(PYTHON) bench/run.py
+# A minute or two on small models, to bench/out/quick/ (CI runs it: that it works).
+bench-quick: python bench-deps
+	$(PYTHON) bench/run.py --quick
 
 # .pt2 conversion against cp (~2 min; writes bench/results_pt2.md).
 bench-pt2: cpp
