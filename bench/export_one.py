@@ -6,12 +6,11 @@ EXPORTER: pt2onnx | dynamo (torch.onnx.export, dynamo=True, defaults) |
 torchscript (torch.onnx.export, dynamo=False) | floor (torch.export.export
 alone, and writing the weight bytes to a file). Prints one JSON line: export
 time, stage split, peak memory beyond the model's own, output size and node
-count, onnxruntime latency and the comparison with PyTorch."""
+count, and the comparison with PyTorch (latency: bench/latency.py)."""
 
 import inspect
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -62,15 +61,8 @@ def ort_check(path, model, new_args, names):
     got = sess.run(None, feeds)[0]
     diff = float(np.abs(got - expected).max())
     ok = bool(np.allclose(got, expected, atol=ATOL, rtol=RTOL))
-    for _ in range(3):
-        sess.run(None, feeds)
-    times, t_end = [], time.perf_counter() + 10
-    while len(times) < 5 or (len(times) < 30 and time.perf_counter() < t_end):
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        times.append(time.perf_counter() - t0)
-    return {"nodes": nodes, "max_abs_diff": diff, "matches": ok,
-            "latency_ms": 1000 * statistics.median(times), "latency_runs": len(times)}
+    # Latency is measured later by bench/latency.py, all exporters interleaved.
+    return {"nodes": nodes, "max_abs_diff": diff, "matches": ok}
 
 
 def main(name, exporter, out):

@@ -6,7 +6,7 @@ run, each exporter in a fresh process per model (bench/export_one.py).
 
 Per model and exporter: export wall time (pt2onnx: stage split), peak RSS
 beyond the model's own memory, output size and node count, onnxruntime
-latency (2 threads, 3 warm-up runs, median of up to 30) and whether the
+latency (bench/latency.py: all exporters interleaved in one process) and whether the
 outputs match PyTorch on inputs other than the export inputs. Floors in the
 same run: torch.export.export alone, and writing the weight bytes to a file.
 """
@@ -38,8 +38,6 @@ def run_child(model, exporter, out_dir, timeout):
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"model": model, "exporter": exporter, "error": f"timed out after {timeout} s"}
-    finally:
-        subprocess.run(["rm", "-rf", os.path.join(out_dir, "work", model, exporter)])
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     if r.returncode != 0 or not lines:
         err = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
@@ -47,6 +45,22 @@ def run_child(model, exporter, out_dir, timeout):
                 "error": (err[-1] if err else f"exit {r.returncode}")[:300],
                 "wall_s": time.perf_counter() - t0}
     return json.loads(lines[-1])
+
+
+def measure_latency(model, out_dir, results):
+    """All successful exports of `model`, timed interleaved in one process."""
+    ok = [r for r in results if r["model"] == model and r["exporter"] in EXPORTERS
+          and "error" not in r]
+    specs = [f"{r['exporter']}={os.path.join(out_dir, 'work', model, r['exporter'], 'model.onnx')}"
+             for r in ok]
+    if specs:
+        p = subprocess.run([sys.executable, os.path.join(HERE, "latency.py"), model, *specs],
+                           capture_output=True, text=True)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        lat = json.loads(lines[-1]) if lines else {}
+        for r in ok:
+            r.update(lat.get(r["exporter"], {"latency_error": p.stderr.strip()[-300:]}))
+    subprocess.run(["rm", "-rf", os.path.join(out_dir, "work", model)])
 
 
 def experimental_experiment_status():
@@ -125,7 +139,9 @@ def report(results, out_dir, models, notes, started):
              "Each exporter runs in a fresh process per model. Export time is wall time of the "
              "export call (capture included); peak memory is the process's peak RSS during the "
              "export minus its RSS before (model and inputs already built). Latency: onnxruntime "
-             "CPU, 2 intra-op threads, 3 warm-up runs, median of up to 30. `match`: outputs "
+             "CPU, 2 intra-op threads, all exporters' models of one model loaded in one process "
+             "and run round-robin (3 warm-up runs each, then up to 40 rounds or 40 s), median. "
+             "`match`: outputs "
              "within atol = rtol = 1e-3 of PyTorch on inputs other than the export inputs "
              "(max |diff| given).", ""]
     lines += notes + [""]
@@ -146,7 +162,7 @@ def report(results, out_dir, models, notes, started):
             lines.append(
                 f"| {m} | {r['params'] / 1e6:.1f} M | {LABELS[e]} | {r['export_s']:.2f} | "
                 f"{r['peak_extra_bytes'] / 1e6:.0f} | {r['output_bytes'] / 1e6:.1f} | {r['nodes']} | "
-                f"{r['latency_ms']:.2f} | {'yes' if r['matches'] else 'NO'} "
+                f"{fmt(r.get('latency_ms'))} | {'yes' if r['matches'] else 'NO'} "
                 f"({r['max_abs_diff']:.1e}) |")
     lines += ["", "## pt2onnx stages and floors", "",
               "| model | weights (MB) | capture | serialize | read | convert | optimize | write |"
@@ -193,7 +209,7 @@ def targets(by, models):
         shares.append((m, 100 * (st["total"] - st["capture"]) / fl["capture_s"]))
         ratios.append((m, p["export_s"] / (fl["capture_s"] + fl["write_s"])))
         mems.append((m, 100 * p["peak_extra_bytes"] / p["weight_bytes"]))
-        if d and "error" not in d:
+        if d and "latency_ms" in d and "latency_ms" in p:
             lats.append((m, p["latency_ms"] / d["latency_ms"]))
     if shares:
         out.append(f"- stages after capture under 10% of torch.export.export's time on every model: "
@@ -219,6 +235,8 @@ def main():
     ap.add_argument("--models", nargs="*")
     ap.add_argument("--exporters", nargs="*", default=EXPORTERS)
     ap.add_argument("--timeout", type=int, default=3600)
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite results.md and plots from the saved results.json")
     args = ap.parse_args()
     started = datetime.datetime.utcnow()
     models = args.models or (QUICK if args.quick else ALL)
@@ -230,7 +248,13 @@ def main():
         print(ee, flush=True)
         notes.append(f"- {ee}.")
     results = []
-    for m in models:
+    saved = os.path.join(out_dir, "results.json")
+    if args.report_only:
+        with open(saved) as f:
+            results = json.load(f)
+        started = datetime.datetime.utcfromtimestamp(os.path.getmtime(saved))
+        models = [m for m in models if any(r["model"] == m for r in results)]
+    for m in [] if args.report_only else models:
         for e in ["floor", *args.exporters]:
             print(f"{m:18s} {e:12s} ...", end=" ", flush=True)
             r = run_child(m, e, out_dir, args.timeout)
@@ -238,9 +262,19 @@ def main():
             print(r.get("error") or f"{r.get('export_s', r.get('capture_s', 0)):.2f} s", flush=True)
             with open(os.path.join(out_dir, "results.json"), "w") as f:
                 json.dump(results, f, indent=1)
+        print(f"{m:18s} latency      ...", end=" ", flush=True)
+        measure_latency(m, out_dir, results)
+        print(", ".join(f"{r['exporter']} {r['latency_ms']:.2f} ms" for r in results
+                        if r["model"] == m and "latency_ms" in r), flush=True)
+        with open(os.path.join(out_dir, "results.json"), "w") as f:
+            json.dump(results, f, indent=1)
     lines = report(results, out_dir, models, notes, started)
     pngs = plot(results, out_dir)
     lines += ["", "## Plots (LLaMA series, log scales)", ""] + [f"![{p}]({p})" for p in pngs]
+    costs = os.path.join(HERE, "stage_costs.md")
+    if out_dir == HERE and os.path.exists(costs):
+        with open(costs) as f:
+            lines += ["", f.read().strip()]
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
