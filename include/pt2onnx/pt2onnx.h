@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -16,6 +17,8 @@
 namespace pt2onnx {
 
 enum class ExternalData { Auto, Always, Never };
+// "auto" / "always" / "never"; nullopt for anything else.
+std::optional<ExternalData> external_data_from_string(std::string_view s);
 
 struct Options {
   int opset = 18;

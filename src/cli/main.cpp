@@ -140,15 +140,9 @@ int run_convert(const std::vector<std::string>& args) {
     } else if (a == "--opset") {
       o.opset = parse_int(value(), "--opset");
     } else if (a == "--external-data") {
-      const std::string& m = value();
-      if (m == "auto")
-        o.external_data = pt2onnx::ExternalData::Auto;
-      else if (m == "always")
-        o.external_data = pt2onnx::ExternalData::Always;
-      else if (m == "never")
-        o.external_data = pt2onnx::ExternalData::Never;
-      else
-        throw UsageError{"--external-data must be auto, always or never"};
+      auto mode = pt2onnx::external_data_from_string(value());
+      if (!mode) throw UsageError{"--external-data must be auto, always or never"};
+      o.external_data = *mode;
     } else if (a == "--no-optimize") {
       o.optimize = false;
     } else if (a == "--input-names") {

@@ -11,6 +11,13 @@
 
 namespace pt2onnx {
 
+std::optional<ExternalData> external_data_from_string(std::string_view s) {
+  if (s == "auto") return ExternalData::Auto;
+  if (s == "always") return ExternalData::Always;
+  if (s == "never") return ExternalData::Never;
+  return std::nullopt;
+}
+
 int ir_version_for_opset(int opset) {
   // Lowest IR version released together with each opset (onnx VERSION_TABLE).
   if (opset <= 14) return 7;

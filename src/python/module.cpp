@@ -26,14 +26,9 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
   pt2onnx::Options o;
   o.opset = opset;
   o.optimize = optimize;
-  if (external_data == "auto")
-    o.external_data = pt2onnx::ExternalData::Auto;
-  else if (external_data == "always")
-    o.external_data = pt2onnx::ExternalData::Always;
-  else if (external_data == "never")
-    o.external_data = pt2onnx::ExternalData::Never;
-  else
-    throw pt2onnx::Error("external_data must be 'auto', 'always' or 'never'");
+  auto mode = pt2onnx::external_data_from_string(external_data);
+  if (!mode) throw pt2onnx::Error("external_data must be 'auto', 'always' or 'never'");
+  o.external_data = *mode;
   o.input_names = input_names;
   o.output_names = output_names;
   o.input_dim_names = input_dim_names;

@@ -1,20 +1,16 @@
 """The pt2onnx command (this issue: --version / --help, usage errors)."""
 
-import os
 import subprocess
 
 import pytest
+from conftest import cli_path
 
 import pt2onnx
-
-CLI = os.environ.get("PT2ONNX_CLI", os.path.join(os.path.dirname(__file__), "../../build/cpp/pt2onnx"))
 
 
 @pytest.fixture(scope="module")
 def cli():
-    if not os.path.exists(CLI):
-        pytest.fail(f"pt2onnx command not built at {CLI} (run `make cpp`)")
-    return CLI
+    return cli_path()
 
 
 def test_version_and_help(cli):
