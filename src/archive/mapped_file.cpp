@@ -36,12 +36,4 @@ MappedFile::~MappedFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void MappedFile::release(const uint8_t* p, size_t n) const {
-  if (!data_ || p < data_ || p + n > data_ + size_) return;
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
-  uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
-  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
-}
-
 }  // namespace pt2onnx

@@ -17,9 +17,6 @@ class MappedFile {
   size_t size() const { return size_; }
   int fd() const { return fd_; }
   const std::string& path() const { return path_; }
-  // Drops the pages of [p, p+n) from this process (they stay in the page
-  // cache), so streaming a large file does not grow resident memory.
-  void release(const uint8_t* p, size_t n) const;
 
  private:
   std::string path_;

@@ -124,40 +124,60 @@ void Pt2Archive::add_raw_payloads(const std::string& config_entry, const std::st
     if (!e.tensor_meta) throw Error(where + " has no tensor_meta");
     const schema::TensorMeta& m = *e.tensor_meta;
     const ZipEntry& data = require(dir + e.path_name);
-    WeightView w;
-    w.dtype = std::string(dtype_name(m.dtype));
     auto as_int = [&](const schema::SymSize& s, const char* field) {
       if (!s.value) throw Error(where + ": symbolic " + field + " in a weight's metadata");
       return *s.value;
     };
-    for (auto& s : m.sizes) w.sizes.push_back(as_int(s, "size"));
-    for (auto& s : m.strides) w.strides.push_back(as_int(s, "stride"));
+    std::vector<int64_t> sizes, strides;
+    for (auto& s : m.sizes) sizes.push_back(as_int(s, "size"));
+    for (auto& s : m.strides) strides.push_back(as_int(s, "stride"));
     int64_t offset = as_int(m.storage_offset, "storage_offset");
-    size_t es = dtype_size(m.dtype);
-    auto span = strided_span_bytes(w.sizes, w.strides, es);
-    uint64_t off_bytes;
-    if (!span || offset < 0 ||
-        __builtin_mul_overflow(static_cast<uint64_t>(offset), es, &off_bytes))
-      throw Error(where + ": sizes / strides / storage_offset are negative or overflow");
-    if (data.size == 0 && *span > 0) {
-      // An empty storage file stands for a fake tensor: zeros.
-      zeros_.emplace_back(off_bytes + *span, 0);
-      w.data = zeros_.back().data() + off_bytes;
-      w.available_bytes = *span;
-    } else {
-      if (off_bytes > data.size || *span > data.size - off_bytes)
-        throw Error(where + ": needs " + std::to_string(*span) + " bytes at offset " +
-                    std::to_string(off_bytes) + " but entry '" + data.name + "' has " +
-                    std::to_string(data.size));
-      w.data = zip_->data(data) + off_bytes;
-      w.available_bytes = data.size - off_bytes;
-      if (file_) {
-        w.source_fd = file_->fd();
-        w.source_offset = data.offset + off_bytes;
+    const uint8_t* storage = zip_->data(data);
+    uint64_t storage_bytes = data.size;
+    if (data.size == 0) {
+      // An empty storage file stands for a fake tensor: zeros, as many as the view reaches.
+      auto span = strided_span_bytes(sizes, strides, dtype_size(m.dtype));
+      uint64_t end = 0;
+      if (span && offset >= 0 &&
+          !__builtin_mul_overflow(static_cast<uint64_t>(offset), dtype_size(m.dtype), &end) &&
+          !__builtin_add_overflow(end, *span, &end) && end > 0) {
+        zeros_.emplace_back(end, 0);
+        storage = zeros_.back().data();
+        storage_bytes = end;
       }
     }
+    WeightView w = view(where, m.dtype, std::move(sizes), std::move(strides), offset, storage,
+                        storage_bytes, data.name);
     weights_[fqn] = std::move(w);
   }
+}
+
+WeightView Pt2Archive::view(const std::string& where, DType dtype, std::vector<int64_t> sizes,
+                            std::vector<int64_t> strides, int64_t storage_offset,
+                            const uint8_t* storage, uint64_t storage_bytes,
+                            const std::string& storage_name) const {
+  size_t es = dtype_size(dtype);
+  auto span = strided_span_bytes(sizes, strides, es);
+  uint64_t off_bytes;
+  if (!span || storage_offset < 0 ||
+      __builtin_mul_overflow(static_cast<uint64_t>(storage_offset), es, &off_bytes))
+    throw Error(where + ": sizes / strides / storage_offset are negative or overflow");
+  if (off_bytes > storage_bytes || *span > storage_bytes - off_bytes)
+    throw Error(where + ": needs " + std::to_string(*span) + " bytes at offset " +
+                std::to_string(off_bytes) + " but entry '" + storage_name + "' has " +
+                std::to_string(storage_bytes));
+  WeightView w;
+  w.dtype = std::string(dtype_name(dtype));
+  w.sizes = std::move(sizes);
+  w.strides = std::move(strides);
+  w.data = storage + off_bytes;
+  w.available_bytes = storage_bytes - off_bytes;
+  // Bytes inside the mapped file can be copied by the kernel (not the zeros of fake tensors).
+  if (file_ && storage >= data_ && storage < data_ + size_) {
+    w.source_fd = file_->fd();
+    w.source_offset = static_cast<uint64_t>(storage - data_) + off_bytes;
+  }
+  return w;
 }
 
 void Pt2Archive::load_pickled(const ZipEntry& outer, const std::string& kind) {
@@ -181,26 +201,14 @@ void Pt2Archive::load_pickled(const ZipEntry& outer, const std::string& kind) {
     std::string where = inner_what + ": '" + t.name + "'";
     const ZipEntry* st = inner.find(root + "data/" + t.storage_key);
     if (!st) throw Error(where + ": missing storage entry 'data/" + t.storage_key + "'");
-    size_t es = dtype_size(t.dtype);
-    uint64_t storage_bytes, off_bytes;
-    auto span = strided_span_bytes(t.sizes, t.strides, es);
-    if (!span || t.storage_offset < 0 ||
-        __builtin_mul_overflow(t.storage_numel, es, &storage_bytes) ||
-        __builtin_mul_overflow(static_cast<uint64_t>(t.storage_offset), es, &off_bytes))
-      throw Error(where + ": sizes / strides / storage offset are negative or overflow");
-    if (storage_bytes > st->size || off_bytes > storage_bytes || *span > storage_bytes - off_bytes)
-      throw Error(where + ": needs " + std::to_string(*span) + " bytes at offset " +
-                  std::to_string(off_bytes) + " but its storage has " + std::to_string(st->size));
-    WeightView w;
-    w.dtype = std::string(dtype_name(t.dtype));
-    w.sizes = t.sizes;
-    w.strides = t.strides;
-    w.data = inner.data(*st) + off_bytes;
-    w.available_bytes = storage_bytes - off_bytes;
-    if (file_) {
-      w.source_fd = file_->fd();
-      w.source_offset = static_cast<uint64_t>(inner.data(*st) - data_) + off_bytes;
-    }
+    uint64_t storage_bytes;
+    if (__builtin_mul_overflow(t.storage_numel, dtype_size(t.dtype), &storage_bytes) ||
+        storage_bytes > st->size)
+      throw Error(where + ": its storage claims " + std::to_string(t.storage_numel) +
+                  " elements but entry '" + st->name + "' has " + std::to_string(st->size) +
+                  " bytes");
+    WeightView w = view(where, t.dtype, t.sizes, t.strides, t.storage_offset, inner.data(*st),
+                        storage_bytes, st->name);
     weights_[t.name] = std::move(w);
   }
 }

@@ -16,6 +16,7 @@
 
 #include "archive/mapped_file.h"
 #include "archive/zip_reader.h"
+#include "ir/dtype.h"
 #include "pt2onnx/pt2onnx.h"
 
 namespace pt2onnx {
@@ -40,6 +41,11 @@ class Pt2Archive {
   void load_current(const std::string& root);
   void load_pickled(const ZipEntry& outer, const std::string& kind);
   void add_raw_payloads(const std::string& config_entry, const std::string& dir);
+  // A weight viewing `storage` (storage_bytes long, inside the mapping) with
+  // sizes / strides / storage_offset in elements; checks overflow and bounds.
+  WeightView view(const std::string& where, DType dtype, std::vector<int64_t> sizes,
+                  std::vector<int64_t> strides, int64_t storage_offset, const uint8_t* storage,
+                  uint64_t storage_bytes, const std::string& storage_name) const;
   std::string_view entry_text(const ZipEntry& e) const;
   const ZipEntry& require(const std::string& name) const;
 

@@ -25,7 +25,7 @@ void check_supported(const schema::Program& prog, int opset) {
   std::map<std::string, Missing> missing;
   const Registry& reg = registry();
   for (auto& n : prog.graph.nodes) {
-    if (is_ignored_target(n.target) || reg.find(n.target, opset)) continue;
+    if (converts(n.target, opset)) continue;
     Missing& m = missing[n.target];
     if (m.count++ == 0) {
       m.where = n.source_line();
@@ -110,6 +110,10 @@ bool is_ignored_target(const std::string& target) {
       "torch.ops.aten._assert_async.msg",
   };
   return ignored.count(target) > 0;
+}
+
+bool converts(const std::string& target, int opset) {
+  return is_ignored_target(target) || registry().find(target, opset) != nullptr;
 }
 
 Graph convert_graph(const schema::Program& prog, const Weights& weights, const Options& opt) {
@@ -226,6 +230,12 @@ Graph convert_graph(const schema::Program& prog, const Weights& weights, const O
   size_t out_index = 0;
   std::set<std::string> graph_inputs;
   for (auto& gi : b.graph().inputs) graph_inputs.insert(gi.name);
+  // An Identity whose output is `name` (an output that cannot be its producer's value).
+  auto identity_to = [&](const std::string& value, const std::string& name, const ValueType& t) {
+    b.add_node("Identity", {value}, 0);
+    b.graph().nodes.back().outputs.push_back(name);
+    b.set_type(name, t);
+  };
   for (auto& spec : prog.output_specs) {
     if (spec.kind != OutputSpec::Kind::UserOutput) continue;  // buffer mutations etc. dropped
     const auto& a = spec.arg;
@@ -251,20 +261,15 @@ Graph convert_graph(const schema::Program& prog, const Weights& weights, const O
         for (auto& [k, v] : env.values)
           if (v == value) v = name;
       } else {
-        if (b.is_used(name) && name != value)
+        if (b.is_used(name))
           throw Error("output name '" + name + "' clashes with another value of the graph");
         b.claim_name(name);
-        b.add_node("Identity", {value}, 0);
-        b.graph().nodes.back().outputs.push_back(name);
-        b.set_type(name, t);
+        identity_to(value, name, t);
       }
     } else if (output_set.count(name) || graph_inputs.count(name)) {
       // The same value returned twice, or an input returned as is: give it its own name.
-      std::string alias = b.fresh_name(name + "_out");
-      b.add_node("Identity", {value}, 0);
-      b.graph().nodes.back().outputs.push_back(alias);
-      b.set_type(alias, t);
-      name = alias;
+      name = b.fresh_name(name + "_out");
+      identity_to(value, name, t);
     }
     b.set_type(name, t);
     b.add_output(name, t);

@@ -12,4 +12,7 @@ Graph convert_graph(const schema::Program& prog, const Weights& weights, const O
 // Targets that convert to nothing (runtime asserts, metadata checks).
 bool is_ignored_target(const std::string& target);
 
+// True when `target` converts at `opset` (to nodes, or to nothing if ignored).
+bool converts(const std::string& target, int opset);
+
 }  // namespace pt2onnx

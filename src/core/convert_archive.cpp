@@ -5,7 +5,6 @@
 
 #include "archive/pt2_archive.h"
 #include "convert/convert_graph.h"
-#include "convert/registry.h"
 #include "core/pipeline.h"
 #include "ir/graph.h"
 #include "pt2onnx/pt2onnx.h"
@@ -70,7 +69,7 @@ ArchiveInfo inspect(const std::string& input_path, int opset) {
   for (auto& n : p.graph.nodes) ++hist[n.target];
   for (auto& [t, n] : hist) {
     info.op_histogram.emplace_back(t, n);
-    if (!is_ignored_target(t) && !registry().find(t, opset)) info.unsupported.push_back(t);
+    if (!converts(t, opset)) info.unsupported.push_back(t);
   }
   std::stable_sort(info.op_histogram.begin(), info.op_histogram.end(),
                    [](auto& x, auto& y) { return x.second > y.second; });

@@ -20,8 +20,6 @@ from pt2_layouts import save_pickled_weights_layout, save_root_files_layout
 import pt2onnx
 
 HOSTILE = os.path.join(os.path.dirname(__file__), "..", "data", "hostile")
-EXAMPLE = os.path.join(os.path.dirname(cli_path.__code__.co_filename), "..", "..", "build", "cpp",
-                       "pt2onnx_example")
 
 
 class Aliased(nn.Module):
@@ -201,7 +199,8 @@ def test_cpp_example_program(tmp_path):
     pt2 = tmp_path / "m.pt2"
     torch.export.save(torch.export.export(w, (torch.randn(3, 4),),
                                           dynamic_shapes={"x": {0: torch.export.Dim("b")}}), pt2)
-    r = subprocess.run([EXAMPLE, str(pt2), str(tmp_path / "m.onnx")], capture_output=True, text=True)
+    example = os.path.join(os.path.dirname(cli_path()), "pt2onnx_example")  # built beside it
+    r = subprocess.run([example, str(pt2), str(tmp_path / "m.onnx")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "in-memory conversion identical" in r.stdout
     mp = onnx.load(tmp_path / "m.onnx")
