@@ -7,7 +7,7 @@ APT_PACKAGES := libsimdjson-dev libgtest-dev clang-format time
 STAMP := build/.deps-stamp
 
 .PHONY: all deps deps-clang build python cpp demo test test-quick test-cpp test-python \
-        test-sanitize fuzz bench bench-quick bench-deps bench-pt2 format format-check clean
+        test-sanitize fuzz bench bench-quick bench-deps bench-pt2 coverage format format-check clean
 
 all: build
 
@@ -50,14 +50,16 @@ demo: python
 test-cpp: cpp
 	ctest --test-dir $(CPP_BUILD) --output-on-failure -j $(JOBS)
 
+# pytest-xdist workers (the OpInfo suite is most of the run).
+PYTEST_JOBS ?= $(JOBS)
 test-python: python cpp
-	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) -m pytest tests/python -q
+	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) -m pytest tests/python -q -n $(PYTEST_JOBS)
 
 test: test-cpp test-python
 
 # Everyday loop: skips the tests marked slow (the >2 GB export).
 test-quick: test-cpp python
-	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) -m pytest tests/python -q -m "not slow"
+	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) -m pytest tests/python -q -n $(PYTEST_JOBS) -m "not slow"
 
 # C++ tests (hostile-archive corpus included) under ASan + UBSan.
 ASAN_BUILD := build/asan
@@ -99,6 +101,11 @@ bench-quick: python bench-deps
 # .pt2 conversion against cp (~2 min; writes bench/results_pt2.md).
 bench-pt2: cpp
 	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) bench/pt2_convert.py
+
+# docs/coverage.md: OpInfo pass rates per opset / dtype / form beside
+# torch.onnx.export(dynamo=True), and every converted target (long).
+coverage: python bench-deps
+	$(PYTHON) tools/coverage.py -j $(JOBS)
 
 clean:
 	rm -rf build

@@ -66,7 +66,7 @@ struct Result {
 // Lowest ONNX IR version that carries `opset`.
 int ir_version_for_opset(int opset);
 // Opsets this build converts to.
-inline constexpr int kMinOpset = 17;
+inline constexpr int kMinOpset = 13;
 inline constexpr int kMaxOpset = 26;
 
 // Converts and writes `output_path` (plus external data beside it). On any

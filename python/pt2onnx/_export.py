@@ -195,13 +195,50 @@ def _serialize(ep: torch.export.ExportedProgram) -> bytes:
     kwargs = dict(serialize_state_dict=False, serialize_constants=False,
                   serialize_example_inputs=False)
     original = getattr(serde, "canonicalize", None)
-    if original is None:
-        return serde.serialize(ep, **kwargs).exported_program
-    serde.canonicalize = lambda program, constants=None: program
+    if original is not None:
+        serde.canonicalize = lambda program, constants=None: program
+    saved_specs = _plain_output_specs(ep)
     try:
         return serde.serialize(ep, **kwargs).exported_program
     finally:
-        serde.canonicalize = original
+        for entry, spec in saved_specs:
+            entry.signature.out_spec = spec
+        if original is not None:
+            serde.canonicalize = original
+
+
+def _plain_output_specs(ep: torch.export.ExportedProgram):
+    """torch.return_types results (max, sort, topk, svd, ...) have no
+    serialization name, so torch's serializer refuses a program that returns
+    one. The converter only needs the flat outputs: their tree is written as
+    plain tuples. Returns (entry, original spec) pairs to restore afterwards."""
+    import torch.utils._pytree as pytree
+
+    def is_structseq(t):
+        return isinstance(t, type) and t.__module__ == "torch.return_types"
+
+    def kids(spec):
+        return list(spec.children()) if hasattr(spec, "children") else spec.children_specs
+
+    def plain(spec):
+        old = kids(spec)
+        children = [plain(c) for c in old]
+        if is_structseq(spec.type):
+            return pytree.TreeSpec(tuple, None, children)
+        if any(a is not b for a, b in zip(children, old)):
+            return pytree.TreeSpec(spec.type, spec.context, children)
+        return spec
+
+    saved = []
+    for entry in getattr(ep, "_module_call_graph", []):
+        sig = getattr(entry, "signature", None)
+        if sig is None or sig.out_spec is None:
+            continue
+        new = plain(sig.out_spec)
+        if new is not sig.out_spec:
+            saved.append((entry, sig.out_spec))
+            sig.out_spec = new
+    return saved
 
 
 def export(

@@ -1,6 +1,9 @@
 // scaled_dot_product_attention, decomposed into MatMul / Softmax / MatMul with
 // the boolean or additive mask, is_causal (top-left aligned, as torch), a
-// custom scale and grouped-query attention (enable_gqa).
+// custom scale, grouped-query attention (enable_gqa) and dropout; the dropout
+// family (identity unless train; else random masks as torch draws them:
+// elementwise, per channel for the feature_ forms, alpha-preserving for the
+// alpha_ forms).
 #include <cmath>
 
 #include "convert/context.h"
@@ -9,6 +12,48 @@
 namespace pt2onnx {
 
 namespace {
+
+// Keep mask (1 with probability 1 - p, else 0) in type t, shaped `shape`.
+std::string keep_mask(Ctx& c, const std::string& shape, double p, DType t) {
+  std::string z = c.b.op("ConstantOfShape", {shape}, {}, ValueType{DType::Float, std::nullopt});
+  std::string u =
+      c.b.op("RandomUniformLike", {z}, {Attr::Int("dtype", static_cast<int64_t>(DType::Float))},
+             ValueType{DType::Float, std::nullopt});
+  std::string keep = c.b.op("Less", {u, c.b.scalar(DType::Float, 1.0 - p)});
+  return c.cast(keep, t);
+}
+
+// Noise shape: x's shape, or (N, C, 1, ...) for the feature forms.
+std::string noise_shape(Ctx& c, const std::string& x, bool feature) {
+  size_t r = c.rank(x);
+  if (!feature || r < 2) return c.b.op("Shape", {x});
+  std::string lead = c.b.op("Shape", {x}, {Attr::Int("end", 2)});
+  if (r == 2) return lead;
+  return c.b.op("Concat", {lead, c.b.const_i64(std::vector<int64_t>(r - 2, 1))},
+                {Attr::Int("axis", 0)});
+}
+
+// Returns (output, keep mask or "" when identity).
+std::pair<std::string, std::string> emit_dropout(Ctx& c, const std::string& x, double p, bool train,
+                                                 bool feature, bool alpha) {
+  if (!train || p == 0.0) return {x, ""};
+  DType t = c.dtype(x);
+  std::string keep = keep_mask(c, noise_shape(c, x, feature), p, t);
+  if (!alpha) {
+    if (p >= 1.0) return {c.b.op("Mul", {x, c.b.scalar(t, 0.0)}), keep};
+    std::string scaled = c.b.op("Mul", {keep, c.b.scalar(t, 1.0 / (1.0 - p))});
+    return {c.b.op("Mul", {x, scaled}), keep};
+  }
+  // torch: a = 1 / sqrt((alpha^2 p + 1)(1 - p)); y = x * keep * a + (keep - 1) * alpha * a + alpha
+  // * a * p
+  const double al = 1.7580993408473766;
+  double a = 1.0 / std::sqrt((al * al * p + 1.0) * (1.0 - p));
+  std::string bterm = c.b.op(
+      "Add", {c.b.op("Mul", {c.b.op("Sub", {keep, c.b.scalar(t, 1.0)}), c.b.scalar(t, al * a)}),
+              c.b.scalar(t, al * a * p)});
+  std::string noise = c.b.op("Mul", {keep, c.b.scalar(t, a)});
+  return {c.b.op("Add", {c.b.op("Mul", {x, noise}), bterm}), keep};
+}
 
 // Repeats the head axis (-3) of k/v from kv heads to q heads (GQA):
 // [.., Hkv, S, D] -> [.., Hkv, 1, S, D] -> expand [.., Hkv, rep, S, D] -> [.., Hq, S, D].
@@ -35,8 +80,6 @@ void sdpa(Ctx& c) {
   const Shape& qs = *c.type(q).shape;
   const Shape& ks = *c.type(k).shape;
   size_t r = qs.size();
-  if (c.f("dropout_p", 0.0) != 0.0)
-    c.fail("scaled_dot_product_attention with dropout_p != 0 is training-only");
   const Dim& e = qs[r - 1];
   double scale;
   if (c.has("scale")) {
@@ -92,13 +135,16 @@ void sdpa(Ctx& c) {
     scores = c.b.op("Where", {causal, scores, c.b.scalar(t, -INFINITY)});
   }
   std::string p = c.b.op("Softmax", {scores}, {Attr::Int("axis", -1)});
+  p = emit_dropout(c, p, c.f("dropout_p", 0.0), true, false, false).first;
   c.set_output(0, c.b.op("MatMul", {p, v}, {}, c.out_type()));
 }
 
 }  // namespace
 
+// The dropout ops themselves are in random.cpp; sdpa's dropout_p uses emit_dropout.
 void register_attention(Registry& r) {
-  r.add("torch.ops.aten.scaled_dot_product_attention.default", sdpa);
+  const std::string p = "torch.ops.aten.";
+  r.add(p + "scaled_dot_product_attention.default", sdpa);
 }
 
 }  // namespace pt2onnx

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
 
+#include "convert/mutation.h"
 #include "pt2onnx/error.h"
 
 namespace pt2onnx {
@@ -117,7 +119,11 @@ std::optional<DType> Ctx::scalar_type(std::string_view name) const {
   if (!a || a->kind == ArgKind::None) return std::nullopt;
   if (a->kind != ArgKind::ScalarType) fail("argument '" + std::string(name) + "' is not a dtype");
   DType t = dtype_from_schema(a->i);
-  if (t == DType::Undefined) fail("unsupported dtype code " + std::to_string(a->i));
+  if (t == DType::Undefined) {
+    std::string_view n = schema_scalar_type_name(a->i);
+    fail("unsupported dtype code " + std::to_string(a->i) +
+         (n.empty() ? "" : " (" + std::string(n) + ")"));
+  }
   return t;
 }
 
@@ -249,11 +255,18 @@ const std::vector<std::string>& Ctx::out_names_() const {
   return *out_names_cache_;
 }
 
+const schema::TensorMeta* Ctx::find_meta(const std::string& fx) const {
+  auto x = env.extra_meta.find(fx);
+  if (x != env.extra_meta.end()) return &x->second;
+  auto it = prog.graph.tensor_values.find(fx);
+  return it == prog.graph.tensor_values.end() ? nullptr : &it->second;
+}
+
 const schema::TensorMeta& Ctx::out_meta(size_t i) const {
   const std::string& n = out_name(i);
-  auto it = prog.graph.tensor_values.find(n);
-  if (it == prog.graph.tensor_values.end()) fail("no tensor metadata for output '" + n + "'");
-  return it->second;
+  const schema::TensorMeta* m = find_meta(n);
+  if (!m) fail("no tensor metadata for output '" + n + "'");
+  return *m;
 }
 
 Dim Ctx::meta_dim(const schema::SymSize& s) const {
@@ -267,25 +280,37 @@ ValueType Ctx::meta_type(const schema::TensorMeta& m) const {
   t.dtype = m.dtype;
   Shape s;
   for (auto& d : m.sizes) s.push_back(meta_dim(d));
+  // A complex value is carried as its real components with a trailing
+  // dimension of 2 (see convert/complex.cpp).
+  if (is_complex(m.dtype)) {
+    t.dtype = complex_component(m.dtype);
+    s.push_back(Dim::of(2));
+  }
   t.shape = std::move(s);
   return t;
 }
 
 ValueType Ctx::out_type(size_t i) const { return meta_type(out_meta(i)); }
 
-void Ctx::set_output(size_t i, const std::string& value) {
+void Ctx::set_output(size_t i, const std::string& produced) {
   const std::string& fx = out_name(i);
+  std::string value = produced;
   // Give the ONNX value the FX name when this conversion created it.
-  auto meta = prog.graph.tensor_values.find(fx);
-  if (meta != prog.graph.tensor_values.end() && b.has_type(value) &&
-      dtype(value) != meta->second.dtype)
+  const schema::TensorMeta* meta = find_meta(fx);
+  // The ONNX type torch's dtype maps to (complex: its real component type).
+  DType want = meta ? meta_type(*meta).dtype : DType::Undefined;
+  // An in-place op keeps its tensor's dtype: eq_ on floats computes a bool
+  // and stores it as float, as torch copies the result into `self`.
+  if (meta && b.has_type(value) && dtype(value) != want && !functional_target(node.target).empty())
+    value = cast(value, want);
+  if (meta && b.has_type(value) && dtype(value) != want)
     fail("internal: converter produced " + std::string(dtype_name(dtype(value))) + " for output '" +
-         fx + "' where torch records " + std::string(dtype_name(meta->second.dtype)));
+         fx + "' where torch records " + std::string(dtype_name(meta->dtype)));
   if (value != fx && !b.is_used(fx) && b.rename_output(value, fx, first_node)) {
     env.values[fx] = fx;
     for (auto& [k, v] : env.cache)
       if (v == value) v = fx;
-    if (meta != prog.graph.tensor_values.end()) b.set_type(fx, meta_type(meta->second));
+    if (meta) b.set_type(fx, meta_type(*meta));
     return;
   }
   env.values[fx] = value;
@@ -294,6 +319,28 @@ void Ctx::set_output(size_t i, const std::string& value) {
 std::string Ctx::cast(const std::string& v, DType t) {
   if (dtype(v) == t) return v;
   return b.op("Cast", {v}, {Attr::Int("to", static_cast<int64_t>(t))});
+}
+
+DType Ctx::kernel_type(std::string_view op, DType t) const {
+  // Ops whose type lists have no bfloat16 at the opsets we write (onnx's
+  // checker rejects it): computed in float32, which holds every bfloat16.
+  static const std::set<std::string_view> no_bf16 = {
+      "Conv",   "ConvTranspose",         "AveragePool", "MaxPool",    "Compress",
+      "Einsum", "InstanceNormalization", "EyeLike",     "GridSample", "GlobalAveragePool"};
+  if (t == DType::BFloat16 && no_bf16.count(op)) return DType::Float;
+  // onnxruntime has only float kernels for these (not even double): integer
+  // convolutions and average pools run in float32, exact while every
+  // partial sum stays below 2^24 in magnitude.
+  if (is_integral(t) &&
+      (op == "Conv" || op == "ConvTranspose" || op == "AveragePool" || op == "GlobalAveragePool"))
+    return DType::Float;
+  // MaxPool has int8/uint8 kernels; wider integers go through float64
+  // (exact below 2^53).
+  if (op == "MaxPool" && is_integral(t) && t != DType::Int8 && t != DType::UInt8)
+    return DType::Double;
+  // onnxruntime's EyeLike has no bool kernel.
+  if (op == "EyeLike" && t == DType::Bool) return DType::Int32;
+  return t;
 }
 
 std::string Ctx::dim_value(const std::string& v, int64_t axis) {
@@ -306,7 +353,11 @@ std::string Ctx::dim_value(const std::string& v, int64_t axis) {
   std::string key = d.sym.empty() ? std::string() : "dim:" + d.sym;
   if (!key.empty())
     if (auto it = env.cache.find(key); it != env.cache.end()) return it->second;
-  std::string r = b.op("Shape", {v}, {Attr::Int("start", axis), Attr::Int("end", axis + 1)});
+  // Shape's start/end attributes are opset 15; before that, Shape + Slice.
+  std::string r = opset() >= 15
+                      ? b.op("Shape", {v}, {Attr::Int("start", axis), Attr::Int("end", axis + 1)})
+                      : b.op("Slice", {b.op("Shape", {v}), b.const_i64({axis}),
+                                       b.const_i64({axis + 1}), b.const_i64({0})});
   if (!key.empty()) env.cache.emplace(key, r);
   return r;
 }
@@ -328,6 +379,19 @@ std::string Ctx::transpose(const std::string& v, const std::vector<int64_t>& per
 
 std::string Ctx::reshape(const std::string& v, const std::string& shape) {
   return b.op("Reshape", {v, shape});
+}
+
+std::pair<int64_t, int64_t> Ctx::static_matrix_dims(const std::string& a, const char* what) {
+  const Shape& s = *type(a).shape;
+  if (s.size() < 2 || !s[s.size() - 2].is_static() || !s.back().is_static())
+    fail(std::string(what) + " is unrolled per element: the matrix dims must be static");
+  return {s[s.size() - 2].value, s.back().value};
+}
+
+std::string Ctx::eye(int64_t rows, int64_t cols, DType t) {
+  std::vector<double> v(static_cast<size_t>(rows * cols), 0);
+  for (int64_t i = 0; i < std::min(rows, cols); ++i) v[static_cast<size_t>(i * cols + i)] = 1;
+  return cast(b.constant(TensorData::from_vector(DType::Double, {rows, cols}, v)), t);
 }
 
 std::string Ctx::reduce(const std::string& op, const std::string& v,

@@ -20,6 +20,9 @@ struct Env {
   // Values computed once and reused by later nodes (the graph is in
   // topological order): runtime sizes per symbolic dim, causal masks, ...
   std::unordered_map<std::string, std::string> cache;
+  // Metadata of values the converter itself adds to the FX graph (writing a
+  // mutation back into its base tensor), looked up before the program's.
+  std::unordered_map<std::string, schema::TensorMeta> extra_meta;
 };
 
 class Ctx {
@@ -67,6 +70,7 @@ class Ctx {
   size_t n_outputs() const { return out_names_().size(); }
   const std::string& out_name(size_t i = 0) const { return out_names_().at(i); }
   const schema::TensorMeta& out_meta(size_t i = 0) const;
+  const schema::TensorMeta* find_meta(const std::string& fx) const;
   ValueType out_type(size_t i = 0) const;
   DType out_dtype(size_t i = 0) const { return out_meta(i).dtype; }
   void set_output(size_t i, const std::string& value);
@@ -80,6 +84,10 @@ class Ctx {
 
   // ---- helpers shared by op families
   std::string cast(const std::string& v, DType t);
+  // The type ONNX op `op` computes values of torch type `t` in: `t` where the
+  // op at this opset (and onnxruntime's CPU provider) has it, else a type
+  // that holds its values (see context.cpp).
+  DType kernel_type(std::string_view op, DType t) const;
   // Dim `axis` of `v` as a 1-D int64 value (constant when static).
   std::string dim_value(const std::string& v, int64_t axis);
   std::string unsqueeze(const std::string& v, const std::vector<int64_t>& axes);
@@ -89,6 +97,11 @@ class Ctx {
   // ReduceX with axes as attribute or input, as the opset wants.
   std::string reduce(const std::string& op, const std::string& v, const std::vector<int64_t>& axes,
                      bool keepdims);
+  // The last two dims of `a` (rows, cols) for lowerings unrolled per
+  // element or column (QR, Jacobi sweeps); fails naming `what` when dynamic.
+  std::pair<int64_t, int64_t> static_matrix_dims(const std::string& a, const char* what);
+  // A rows x cols identity constant (ones on the main diagonal) of type t.
+  std::string eye(int64_t rows, int64_t cols, DType t);
   static int64_t norm_axis(int64_t axis, size_t rank) {
     return axis < 0 ? axis + static_cast<int64_t>(rank) : axis;
   }

@@ -16,11 +16,14 @@ std::vector<int64_t> per_dim(std::vector<int64_t> v, size_t n, const char* what,
   return v;
 }
 
-void emit_conv(Ctx& c, const std::string& x, const std::string& w,
-               const std::optional<std::string>& bias, std::vector<int64_t> stride,
-               std::vector<int64_t> pads_begin, std::vector<int64_t> pads_end,
-               std::vector<int64_t> dilation, int64_t groups, bool transposed,
-               std::vector<int64_t> output_padding) {
+void emit_conv(Ctx& c, std::string x, std::string w, std::optional<std::string> bias,
+               std::vector<int64_t> stride, std::vector<int64_t> pads_begin,
+               std::vector<int64_t> pads_end, std::vector<int64_t> dilation, int64_t groups,
+               bool transposed, std::vector<int64_t> output_padding) {
+  // Computed in the type onnxruntime has a kernel for, cast back at the end.
+  DType t = c.dtype(x), kt = c.kernel_type("Conv", t);
+  x = c.cast(x, kt), w = c.cast(w, kt);
+  if (bias) bias = c.cast(*bias, kt);
   const ValueType& wt = c.type(w);
   auto wdims = wt.static_dims();
   if (!wdims) c.fail("convolution weight needs a static shape");
@@ -36,24 +39,51 @@ void emit_conv(Ctx& c, const std::string& x, const std::string& w,
                           Attr::Ints("pads", pads), Attr::Ints("dilations", dilation),
                           Attr::Int("group", groups)};
   std::vector<std::string> in{x, w};
-  if (bias) in.push_back(*bias);
   std::string op = "Conv";
+  // Transposed: output_padding only lengthens the end of the output; it is
+  // taken from the end padding, and what exceeds it is zero-padded after
+  // (onnxruntime rejects an output_padding attribute >= stride, which torch
+  // allows when below the dilation).
+  std::vector<int64_t> extra;
+  bool any_extra = false;
   if (transposed) {
     op = "ConvTranspose";
     output_padding = per_dim(output_padding, n, "output_padding", c);
-    bool any = false;
-    for (auto v : output_padding) any |= v != 0;
-    if (any) attrs.push_back(Attr::Ints("output_padding", output_padding));
+    for (size_t k = 0; k < n; ++k) {
+      int64_t e = pads_end[k] - output_padding[k];
+      extra.push_back(e < 0 ? -e : 0);
+      any_extra |= e < 0;
+      pads[n + k] = e < 0 ? 0 : e;
+    }
+    attrs[2] = Attr::Ints("pads", pads);
   }
+  if (bias && !any_extra) in.push_back(*bias);
   ValueType out = c.out_type();
+  out.dtype = kt;
+  if (any_extra) {
+    bool unbatched = c.rank(x) == n + 1;
+    if (unbatched) in[0] = c.unsqueeze(x, {0});
+    std::string y = c.b.op(op, in, attrs, ValueType{c.dtype(x), std::nullopt});
+    std::vector<int64_t> pv(2 * (n + 2), 0);
+    for (size_t k = 0; k < n; ++k) pv[n + 2 + 2 + k] = extra[k];
+    y = c.b.op("Pad", {y, c.b.const_i64(pv)}, {}, ValueType{c.dtype(x), std::nullopt});
+    if (bias) {
+      std::vector<int64_t> axes;
+      for (size_t k = 1; k <= n; ++k) axes.push_back(static_cast<int64_t>(k));
+      y = c.b.op("Add", {y, c.unsqueeze(*bias, axes)});
+    }
+    if (unbatched) y = c.squeeze(y, {0});
+    c.set_output(0, c.cast(y, t));
+    return;
+  }
   if (c.rank(x) == n + 1) {
     // Unbatched input: add the batch axis for ONNX and drop it after.
     in[0] = c.unsqueeze(x, {0});
     out.shape->insert(out.shape->begin(), Dim::of(1));
-    c.set_output(0, c.squeeze(c.b.op(op, in, attrs, out), {0}));
+    c.set_output(0, c.cast(c.squeeze(c.b.op(op, in, attrs, out), {0}), t));
     return;
   }
-  c.set_output(0, c.b.op(op, in, attrs, out));
+  c.set_output(0, c.cast(c.b.op(op, in, attrs, out), t));
 }
 
 void convolution(Ctx& c) {

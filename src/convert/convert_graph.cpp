@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "convert/context.h"
+#include "convert/inline_wrappers.h"
+#include "convert/mutation.h"
 #include "convert/registry.h"
 
 namespace pt2onnx {
@@ -108,15 +110,26 @@ bool is_ignored_target(const std::string& target) {
       "torch.ops.aten.sym_constrain_range_for_size.default",
       "torch.ops.aten.sym_constrain_range.default",
       "torch.ops.aten._assert_async.msg",
+      // linalg's runtime check for singular / non-positive-definite input
+      // (run_decompositions() splits it off under with_effects); the ONNX
+      // ops give inf / NaN there, as the training-IR form's export does.
+      "torch.ops.aten._linalg_check_errors.default",
   };
   return ignored.count(target) > 0;
 }
 
 bool converts(const std::string& target, int opset) {
-  return is_ignored_target(target) || registry().find(target, opset) != nullptr;
+  return is_ignored_target(target) || find_converter(target, opset) != nullptr;
 }
 
-Graph convert_graph(const schema::Program& prog, const Weights& weights, const Options& opt) {
+Graph convert_graph(const schema::Program& program, const Weights& weights, const Options& opt) {
+  // Grad-mode / autocast wrappers are spliced into a copy of the program.
+  std::optional<schema::Program> inlined;
+  if (has_wrappers(program)) {
+    inlined = program;
+    inline_wrappers(*inlined);
+  }
+  const schema::Program& prog = inlined ? *inlined : program;
   check_supported(prog, opt.opset);
   GraphBuilder b(opt.opset);
   Env env;
@@ -174,6 +187,17 @@ Graph convert_graph(const schema::Program& prog, const Weights& weights, const O
         d.data = static_cast<const uint8_t*>(w->second.data);
         d.src_fd = w->second.source_fd;
         d.src_offset = w->second.source_offset;
+        if (is_complex(d.dtype)) {
+          // Complex weights are carried as [..., 2] real components.
+          d.dtype = complex_component(d.dtype);
+          if (d.strides.empty()) {
+            d.dims.push_back(2);
+          } else {
+            for (auto& s : d.strides) s *= 2;
+            d.dims.push_back(2);
+            d.strides.push_back(1);
+          }
+        }
         env.values[spec.arg_name] = b.initializer(spec.target, std::move(d));
         break;
       }
@@ -195,10 +219,11 @@ Graph convert_graph(const schema::Program& prog, const Weights& weights, const O
       }
       case InputSpec::Kind::ConstantInput:
         break;  // inlined by torch.export into the nodes that use it
-      case InputSpec::Kind::CustomObj:
       case InputSpec::Kind::Token:
+        break;  // orders side effects (with_effects, unwrapped): no ONNX value
+      case InputSpec::Kind::CustomObj:
         throw Error("input '" + spec.arg_name +
-                    "' is a custom object / effect token, which ONNX cannot represent");
+                    "' is a custom object, which ONNX cannot represent");
     }
   }
   if (user_index < opt.input_names.size())
@@ -206,13 +231,17 @@ Graph convert_graph(const schema::Program& prog, const Weights& weights, const O
                 " names but the model has " + std::to_string(user_index) + " tensor inputs");
 
   // ---- nodes
-  const Registry& reg = registry();
+  AliasTracker aliases(b, prog, env);
   for (auto& n : prog.graph.nodes) {
     if (is_ignored_target(n.target)) continue;
     b.set_origin(n.name, n.target, n.module_path());
     Ctx ctx(b, prog, n, env);
     try {
-      reg.find(n.target, opt.opset)(ctx);
+      find_converter(n.target, opt.opset)(ctx);
+      if (functional_target(n.target).empty())
+        aliases.after_node(n);
+      else
+        aliases.after_inplace(n);
       for (size_t i = 0; i < ctx.n_outputs(); ++i) {
         const std::string& o = ctx.out_name(i);
         if (!env.values.count(o) && o.find("_unused_") == std::string::npos &&
@@ -236,8 +265,10 @@ Graph convert_graph(const schema::Program& prog, const Weights& weights, const O
     b.graph().nodes.back().outputs.push_back(name);
     b.set_type(name, t);
   };
-  for (auto& spec : prog.output_specs) {
-    if (spec.kind != OutputSpec::Kind::UserOutput) continue;  // buffer mutations etc. dropped
+  // User outputs in order, then the buffers and user inputs the program
+  // mutates (run_decompositions() names them in the signature), as
+  // "<buffer or input>_updated" outputs: ONNX graphs have no state.
+  auto emit = [&](const OutputSpec& spec, bool user) {
     const auto& a = spec.arg;
     if (a.kind != ArgKind::Tensor)
       throw Error("output " + std::to_string(out_index) + " is " + a.variant +
@@ -245,23 +276,37 @@ Graph convert_graph(const schema::Program& prog, const Weights& weights, const O
     auto it = env.values.find(a.name);
     if (it == env.values.end()) throw Error("output '" + a.name + "' was never produced");
     std::string value = it->second;
-    std::string name = out_index < opt.output_names.size() ? opt.output_names[out_index] : a.name;
+    std::string name = !user                                 ? spec.target + "_updated"
+                       : out_index < opt.output_names.size() ? opt.output_names[out_index]
+                                                             : a.name;
+    if (!user && b.is_used(name)) name = b.fresh_name(name);
     ValueType t = top.meta_type(prog.graph.tensor_values.at(a.name));
-    auto dn = opt.output_dim_names.find(static_cast<int64_t>(out_index));
+    auto dn = user ? opt.output_dim_names.find(static_cast<int64_t>(out_index))
+                   : opt.output_dim_names.end();
     if (dn != opt.output_dim_names.end() && t.shape)
       for (auto& [axis, dname] : dn->second)
         if (axis >= 0 && axis < static_cast<int64_t>(t.shape->size()) &&
             !(*t.shape)[static_cast<size_t>(axis)].is_static())
           (*t.shape)[static_cast<size_t>(axis)] = Dim::symbol(dname);
     if (value != name) {
+      // A value the output no longer is (the FX name's value before an
+      // in-place op rebound it) may hold the name: it moves aside.
+      bool freed = b.is_used(name) && b.has_type(name) && !b.is_initializer(name) &&
+                   !graph_inputs.count(name) && !output_set.count(name);
+      if (freed) {
+        std::string moved = b.fresh_name(name + "_stale");
+        b.rename_everywhere(name, moved);
+        for (auto& [k, v] : env.values)
+          if (v == name) v = moved;
+      }
       bool movable = !b.is_initializer(value) && !graph_inputs.count(value) &&
-                     !output_set.count(value) && !b.is_used(name);
+                     !output_set.count(value) && (freed || !b.is_used(name));
       if (movable) {
         b.rename_everywhere(value, name);
         for (auto& [k, v] : env.values)
           if (v == value) v = name;
       } else {
-        if (b.is_used(name))
+        if (b.is_used(name) && !freed)
           throw Error("output name '" + name + "' clashes with another value of the graph");
         b.claim_name(name);
         identity_to(value, name, t);
@@ -274,8 +319,14 @@ Graph convert_graph(const schema::Program& prog, const Weights& weights, const O
     b.set_type(name, t);
     b.add_output(name, t);
     output_set.insert(name);
-    ++out_index;
-  }
+    if (user) ++out_index;
+  };
+  for (auto& spec : prog.output_specs)
+    if (spec.kind == OutputSpec::Kind::UserOutput) emit(spec, true);
+  for (auto& spec : prog.output_specs)
+    if (spec.kind == OutputSpec::Kind::BufferMutation ||
+        spec.kind == OutputSpec::Kind::UserInputMutation)
+      emit(spec, false);
   if (out_index < opt.output_names.size())
     throw Error("output_names has " + std::to_string(opt.output_names.size()) +
                 " names but the model has " + std::to_string(out_index) + " outputs");

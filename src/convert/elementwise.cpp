@@ -4,6 +4,7 @@
 // torch computed in (recorded as the output dtype, or promoted for compares).
 #include <cmath>
 
+#include "convert/complex.h"
 #include "convert/context.h"
 #include "convert/registry.h"
 
@@ -29,7 +30,14 @@ void add_sub(Ctx& c, const std::string& op) {
   c.set_output(0, c.b.op(op, {x, y}));
 }
 
-void add(Ctx& c) { add_sub(c, "Add"); }
+void add(Ctx& c) {
+  if (c.out_dtype() == DType::Bool) {  // bool + bool is logical or
+    c.set_output(0,
+                 c.b.op("Or", {c.operand("self", DType::Bool), c.operand("other", DType::Bool)}));
+    return;
+  }
+  add_sub(c, "Add");
+}
 void sub(Ctx& c) { add_sub(c, "Sub"); }
 void rsub(Ctx& c) {
   // rsub(self, other, alpha) = other - alpha * self
@@ -95,7 +103,9 @@ void pow_(Ctx& c) {
 
 void unary(Ctx& c, const char* op) {
   DType t = c.out_dtype();
-  c.set_output(0, c.b.op(op, {c.operand("self", t)}));
+  // bfloat16 (no Sin/Cos/... in ONNX) is computed in float32 as torch does.
+  DType ct = t == DType::BFloat16 ? DType::Float : t;
+  c.set_output(0, c.cast(c.b.op(op, {c.operand("self", ct)}), t));
 }
 void neg(Ctx& c) { unary(c, "Neg"); }
 void sqrt_(Ctx& c) { unary(c, "Sqrt"); }
@@ -103,11 +113,20 @@ void exp_(Ctx& c) { unary(c, "Exp"); }
 void log_(Ctx& c) { unary(c, "Log"); }
 void cos_(Ctx& c) { unary(c, "Cos"); }
 void sin_(Ctx& c) { unary(c, "Sin"); }
-void abs_(Ctx& c) { unary(c, "Abs"); }
+void abs_(Ctx& c) {
+  if (is_complex_arg(c, "self")) return c.set_output(0, complex_abs(c, c.tensor("self")));
+  unary(c, "Abs");
+}
 void erf_(Ctx& c) { unary(c, "Erf"); }
 void reciprocal(Ctx& c) { unary(c, "Reciprocal"); }
-void floor_(Ctx& c) { unary(c, "Floor"); }
-void ceil_(Ctx& c) { unary(c, "Ceil"); }
+// Rounding an integer tensor leaves it as it is.
+void rounding(Ctx& c, const char* op) {
+  DType t = c.out_dtype();
+  if (!is_floating(t)) return c.set_output(0, c.operand("self", t));
+  unary(c, op);
+}
+void floor_(Ctx& c) { rounding(c, "Floor"); }
+void ceil_(Ctx& c) { rounding(c, "Ceil"); }
 void rsqrt(Ctx& c) {
   DType t = c.out_dtype();
   c.set_output(0, c.b.op("Reciprocal", {c.b.op("Sqrt", {c.operand("self", t)})}));
@@ -124,16 +143,14 @@ void logical_binary(Ctx& c, const char* op) {
 void logical_and(Ctx& c) { logical_binary(c, "And"); }
 void logical_or(Ctx& c) { logical_binary(c, "Or"); }
 
-void bitwise_not(Ctx& c) {
-  if (c.out_dtype() != DType::Bool) c.fail("bitwise_not is converted for bool tensors only");
-  c.set_output(0, c.b.op("Not", {c.operand("self", DType::Bool)}));
-}
 void bitwise_and(Ctx& c) {
   if (c.out_dtype() == DType::Bool) return logical_binary(c, "And");
+  if (c.opset() < 18) c.fail("bitwise_and on integers needs BitwiseAnd (opset 18)");
   c.set_output(0, binary(c, "BitwiseAnd"));
 }
 void bitwise_or(Ctx& c) {
   if (c.out_dtype() == DType::Bool) return logical_binary(c, "Or");
+  if (c.opset() < 18) c.fail("bitwise_or on integers needs BitwiseOr (opset 18)");
   c.set_output(0, binary(c, "BitwiseOr"));
 }
 
@@ -143,6 +160,8 @@ void compare(Ctx& c, const char* op, bool negate = false) {
   auto [tb, cb] = c.operand_class("other");
   DType t = promote_types(ta, ca, tb, cb);
   if (ca == 0 && cb == 0) c.fail("comparison of two scalars");
+  // Ordering compares have no bool kernels: compare bools as integers.
+  if (t == DType::Bool && std::string(op) != "Equal") t = DType::Int32;
   std::string r = c.b.op(op, {c.operand("self", t), c.operand("other", t)});
   if (negate) r = c.b.op("Not", {r});
   c.set_output(0, r);
@@ -154,20 +173,24 @@ void le(Ctx& c) { compare(c, "LessOrEqual"); }
 void gt(Ctx& c) { compare(c, "Greater"); }
 void ge(Ctx& c) { compare(c, "GreaterOrEqual"); }
 
-void maximum(Ctx& c) { c.set_output(0, binary(c, "Max")); }
-void minimum(Ctx& c) { c.set_output(0, binary(c, "Min")); }
+void maximum(Ctx& c) { c.set_output(0, binary(c, c.out_dtype() == DType::Bool ? "Or" : "Max")); }
+void minimum(Ctx& c) { c.set_output(0, binary(c, c.out_dtype() == DType::Bool ? "And" : "Min")); }
 
+// Where has no bool kernel in onnxruntime: bool values select as uint8.
 void where(Ctx& c) {
   DType t = c.out_dtype();
+  DType wt = t == DType::Bool ? DType::UInt8 : t;
   std::string cond = c.operand("condition", DType::Bool);
-  c.set_output(0, c.b.op("Where", {cond, c.operand("self", t), c.operand("other", t)}));
+  std::string r = c.b.op("Where", {cond, c.operand("self", wt), c.operand("other", wt)});
+  c.set_output(0, c.cast(r, t));
 }
 
 void masked_fill(Ctx& c) {
   DType t = c.out_dtype();
-  std::string x = c.operand("self", t);
+  DType wt = t == DType::Bool ? DType::UInt8 : t;
+  std::string x = c.operand("self", wt);
   std::string mask = c.operand("mask", DType::Bool);
-  c.set_output(0, c.b.op("Where", {mask, c.operand("value", t), x}));
+  c.set_output(0, c.cast(c.b.op("Where", {mask, c.operand("value", wt), x}), t));
 }
 
 void clamp(Ctx& c) {
@@ -177,24 +200,24 @@ void clamp(Ctx& c) {
   auto bound = [&](const char* name, const char* op) {
     if (c.has(name)) x = c.b.op(op, {x, c.operand(name, t)});
   };
-  bound("min", "Max");
-  bound("max", "Min");
+  bool b = t == DType::Bool;  // no Max / Min kernels for bool
+  bound("min", b ? "Or" : "Max");
+  bound("max", b ? "And" : "Min");
   c.set_output(0, x);
 }
-
-void to_dtype(Ctx& c) { c.set_output(0, c.cast(c.tensor("self"), c.out_dtype())); }
-
-void type_as(Ctx& c) { c.set_output(0, c.cast(c.tensor("self"), c.out_dtype())); }
 
 }  // namespace
 
 void register_elementwise(Registry& r) {
   const std::string p = "torch.ops.aten.";
   for (const char* o : {"add.Tensor", "add.Scalar"}) r.add(p + o, add);
-  for (const char* o : {"sub.Tensor", "sub.Scalar"}) r.add(p + o, sub);
+  for (const char* o : {"sub.Tensor", "sub.Scalar", "subtract.Tensor", "subtract.Scalar"})
+    r.add(p + o, sub);
   for (const char* o : {"rsub.Tensor", "rsub.Scalar"}) r.add(p + o, rsub);
   for (const char* o : {"mul.Tensor", "mul.Scalar"}) r.add(p + o, mul);
-  for (const char* o : {"div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode"})
+  for (const char* o : {"div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode",
+                        "divide.Tensor", "divide.Scalar", "divide.Tensor_mode",
+                        "divide.Scalar_mode", "true_divide.Tensor", "true_divide.Scalar"})
     r.add(p + o, div);
   for (const char* o : {"floor_divide.default", "floor_divide.Scalar"}) r.add(p + o, floor_divide);
   for (const char* o : {"pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar"}) r.add(p + o, pow_);
@@ -213,7 +236,6 @@ void register_elementwise(Registry& r) {
   r.add(p + "logical_not.default", logical_not);
   r.add(p + "logical_and.default", logical_and);
   r.add(p + "logical_or.default", logical_or);
-  r.add(p + "bitwise_not.default", bitwise_not);
   for (const char* o : {"bitwise_and.Tensor", "bitwise_and.Scalar", "__and__.Tensor"})
     r.add(p + o, bitwise_and);
   for (const char* o : {"bitwise_or.Tensor", "bitwise_or.Scalar", "__or__.Tensor"})
@@ -229,10 +251,10 @@ void register_elementwise(Registry& r) {
   for (const char* o : {"where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar"})
     r.add(p + o, where);
   for (const char* o : {"masked_fill.Scalar", "masked_fill.Tensor"}) r.add(p + o, masked_fill);
-  for (const char* o : {"clamp.default", "clamp.Tensor", "clip.default"}) r.add(p + o, clamp);
-  for (const char* o : {"to.dtype", "to.dtype_layout", "to.device", "_to_copy.default", "to.other"})
-    r.add(p + o, to_dtype);
-  r.add(p + "type_as.default", type_as);
+  for (const char* o :
+       {"clamp.default", "clamp.Tensor", "clip.default", "clip.Tensor", "clamp_min.default",
+        "clamp_min.Tensor", "clamp_max.default", "clamp_max.Tensor"})
+    r.add(p + o, clamp);
 }
 
 }  // namespace pt2onnx

@@ -27,6 +27,9 @@ class Registry {
   std::vector<std::string> targets() const;
   // Lowest opset for which `target` converts (0 if unknown).
   int min_opset(const std::string& target) const;
+  // Targets registered twice for overlapping opsets (the first would win
+  // silently): must be empty; a test checks it.
+  std::vector<std::string> overlapping() const;
 
  private:
   std::unordered_map<std::string, std::vector<Converter>> table_;
@@ -38,16 +41,39 @@ const Registry& registry();
 // One function per op family file.
 void register_activation(Registry& r);
 void register_attention(Registry& r);
+void register_backward(Registry& r);
+void register_chebyshev(Registry& r);
+void register_chunk_cat(Registry& r);
+void register_complex(Registry& r);
 void register_conv(Registry& r);
 void register_creation(Registry& r);
+void register_eigen(Registry& r);
 void register_elementwise(Registry& r);
+void register_gradient(Registry& r);
+void register_histogram(Registry& r);
+void register_householder(Registry& r);
 void register_indexing(Registry& r);
+void register_item(Registry& r);
+void register_layout(Registry& r);
+void register_linalg(Registry& r);
+void register_linear_cross_entropy(Registry& r);
+void register_loss(Registry& r);
+void register_math(Registry& r);
+void register_scatter_gather(Registry& r);
+void register_segment(Registry& r);
 void register_matmul(Registry& r);
 void register_misc(Registry& r);
+void register_mutation(Registry& r);
 void register_norm(Registry& r);
+void register_pad(Registry& r);
 void register_pool(Registry& r);
+void register_random(Registry& r);
 void register_reduce(Registry& r);
+void register_resize(Registry& r);
 void register_shape(Registry& r);
+void register_signal(Registry& r);
+void register_sort(Registry& r);
+void register_storage(Registry& r);
 void register_symint(Registry& r);
 
 }  // namespace pt2onnx

@@ -35,6 +35,10 @@ size_t dtype_size(DType t) {
       return 8;
     case DType::Complex128:
       return 16;
+    case DType::Complex32:
+      return 4;
+    case DType::Float8E8M0:
+      return 1;
     case DType::BFloat16:
       return 2;
     case DType::Float8E4M3FN:
@@ -89,6 +93,10 @@ std::string_view dtype_name(DType t) {
       return "float8_e5m2";
     case DType::Float8E5M2FNUZ:
       return "float8_e5m2fnuz";
+    case DType::Float8E8M0:
+      return "float8_e8m0fnu";
+    case DType::Complex32:
+      return "complex32";
     default:
       return "undefined";
   }
@@ -104,6 +112,7 @@ bool is_floating(DType t) {
     case DType::Float8E4M3FNUZ:
     case DType::Float8E5M2:
     case DType::Float8E5M2FNUZ:
+    case DType::Float8E8M0:
       return true;
     default:
       return false;
@@ -126,7 +135,35 @@ bool is_integral(DType t) {
   }
 }
 
-bool is_complex(DType t) { return t == DType::Complex64 || t == DType::Complex128; }
+bool is_complex(DType t) {
+  return t == DType::Complex64 || t == DType::Complex128 || t == DType::Complex32;
+}
+
+DType complex_component(DType t) {
+  switch (t) {
+    case DType::Complex32:
+      return DType::Float16;
+    case DType::Complex64:
+      return DType::Float;
+    case DType::Complex128:
+      return DType::Double;
+    default:
+      return DType::Undefined;
+  }
+}
+
+DType complex_of(DType t) {
+  switch (t) {
+    case DType::Float16:
+      return DType::Complex32;
+    case DType::Float:
+      return DType::Complex64;
+    case DType::Double:
+      return DType::Complex128;
+    default:
+      return DType::Undefined;
+  }
+}
 
 DType dtype_from_schema(int64_t s) {
   // Table from torch/_export/serde/schema.py ScalarType.
@@ -147,6 +184,8 @@ DType dtype_from_schema(int64_t s) {
       return DType::Float;
     case 8:
       return DType::Double;
+    case 9:
+      return DType::Complex32;
     case 10:
       return DType::Complex64;
     case 11:
@@ -165,14 +204,61 @@ DType dtype_from_schema(int64_t s) {
       return DType::Float8E4M3FNUZ;
     case 32:
       return DType::Float8E5M2FNUZ;
+    case 33:
+      return DType::Float8E8M0;
+    case 34:
+      return DType::UInt32;
+    case 35:
+      return DType::UInt64;
     default:
       return DType::Undefined;
   }
 }
 
+std::string_view schema_scalar_type_name(int64_t s) {
+  static const std::array<std::string_view, 36> names{"UNKNOWN",
+                                                      "BYTE",
+                                                      "CHAR",
+                                                      "SHORT",
+                                                      "INT",
+                                                      "LONG",
+                                                      "HALF",
+                                                      "FLOAT",
+                                                      "DOUBLE",
+                                                      "COMPLEXHALF",
+                                                      "COMPLEXFLOAT",
+                                                      "COMPLEXDOUBLE",
+                                                      "BOOL",
+                                                      "BFLOAT16",
+                                                      "",
+                                                      "",
+                                                      "",
+                                                      "",
+                                                      "",
+                                                      "",
+                                                      "",
+                                                      "",
+                                                      "",
+                                                      "",
+                                                      "",
+                                                      "",
+                                                      "",
+                                                      "",
+                                                      "UINT16",
+                                                      "FLOAT8E4M3FN",
+                                                      "FLOAT8E5M2",
+                                                      "FLOAT8E4M3FNUZ",
+                                                      "FLOAT8E5M2FNUZ",
+                                                      "FLOAT8E8M0FNU",
+                                                      "UINT32",
+                                                      "UINT64"};
+  if (s < 0 || s >= static_cast<int64_t>(names.size())) return {};
+  return names[static_cast<size_t>(s)];
+}
+
 DType dtype_from_torch_name(std::string_view n) {
   if (n.starts_with("torch.")) n.remove_prefix(6);
-  static const std::array<std::pair<std::string_view, DType>, 24> table{{
+  static const std::array<std::pair<std::string_view, DType>, 30> table{{
       {"float32", DType::Float},
       {"float", DType::Float},
       {"float64", DType::Double},
@@ -197,6 +283,12 @@ DType dtype_from_torch_name(std::string_view n) {
       {"float8_e4m3fn", DType::Float8E4M3FN},
       {"float8_e5m2", DType::Float8E5M2},
       {"float8_e4m3fnuz", DType::Float8E4M3FNUZ},
+      {"float8_e5m2fnuz", DType::Float8E5M2FNUZ},
+      {"float8_e8m0fnu", DType::Float8E8M0},
+      {"complex32", DType::Complex32},
+      {"chalf", DType::Complex32},
+      {"cfloat", DType::Complex64},
+      {"cdouble", DType::Complex128},
   }};
   for (auto& [k, v] : table)
     if (k == n) return v;
@@ -211,10 +303,21 @@ int category(DType t) {
   return 3;  // complex
 }
 
+DType promote_same_class(DType a, DType b);
+
+// A complex type meeting a floating one: the complex type of the wider
+// component (complex64 with float64 -> complex128).
+DType widen_complex(DType complex_t, DType float_t) {
+  DType c = complex_of(promote_same_class(complex_component(complex_t), float_t));
+  return c == DType::Undefined ? DType::Complex64 : c;
+}
+
 // Promotion of two types of the same priority class (both tensors, ...).
 DType promote_same_class(DType a, DType b) {
   if (a == b) return a;
   int ca = category(a), cb = category(b);
+  if (ca == 3 && cb == 2) return widen_complex(a, b);
+  if (ca == 2 && cb == 3) return widen_complex(b, a);
   if (ca != cb) return ca > cb ? a : b;
   if (ca == 1) {
     // uint8 with a signed type -> the next signed type wide enough.
@@ -262,11 +365,14 @@ DType promote_types(DType a, int a_dim, DType b, int b_dim) {
   int lo_dim = a_hi ? b_dim : a_dim;
   if (category(lo) <= category(hi)) return hi;
   if (lo_dim == 0) {
-    // Python scalars: bool < int64 < float32 (default dtype) < complex64.
+    // Python scalars: bool < int64 < float32 (default dtype) < complex64;
+    // a complex scalar with a floating tensor keeps the tensor's width.
     if (category(lo) == 1) return DType::Int64;
     if (category(lo) == 2) return DType::Float;
-    return DType::Complex64;
+    DType c = category(hi) == 2 ? complex_of(hi) : DType::Undefined;
+    return c == DType::Undefined ? DType::Complex64 : c;
   }
+  if (category(lo) == 3 && category(hi) == 2) return widen_complex(lo, hi);
   return lo;
 }
 

@@ -29,16 +29,28 @@ enum class DType : int32_t {
   Float8E4M3FNUZ = 18,
   Float8E5M2 = 19,
   Float8E5M2FNUZ = 20,
+  Float8E8M0 = 24,
+  // Not an ONNX type: torch's complex32 (chalf). Like every complex type it
+  // only ever appears in FX metadata; its ONNX value is float16 [..., 2]
+  // (see convert/complex.cpp), so this number never reaches a model file.
+  Complex32 = 1009,
 };
 
 size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);
 bool is_floating(DType t);
 bool is_integral(DType t);  // excludes Bool
-bool is_complex(DType t);
+bool is_complex(DType t);   // complex32 / complex64 / complex128
+// Complex types and their components: complex64 <-> float32, complex128 <->
+// float64, complex32 <-> float16; Undefined where there is none.
+DType complex_component(DType complex_type);
+DType complex_of(DType component);
 
 // torch.export schema ScalarType (schema.py) -> ONNX type; Undefined if unknown.
 DType dtype_from_schema(int64_t scalar_type);
+// The schema's name of a ScalarType code ("COMPLEXHALF", "UINT64", ...), for
+// messages; "" if the code is unknown.
+std::string_view schema_scalar_type_name(int64_t scalar_type);
 
 // Parses names as torch spells them in Python ("float32", "torch.int64", ...).
 DType dtype_from_torch_name(std::string_view name);

@@ -49,10 +49,12 @@ std::vector<ValueType> infer_reshape(const GraphBuilder& b, const Node& n) {
   if (!target) return {ValueType{x.dtype, std::nullopt}};
   Shape out;
   int minus_one = -1;
+  const Attr* az = n.attr("allowzero");
+  bool allowzero = az && az->i != 0;
   for (size_t i = 0; i < target->size(); ++i) {
     int64_t v = (*target)[i];
-    if (v == 0 && x.shape && i < x.shape->size()) {
-      out.push_back((*x.shape)[i]);
+    if (v == 0 && !allowzero) {  // 0 copies the input's dim
+      out.push_back(x.shape && i < x.shape->size() ? (*x.shape)[i] : Dim::unknown());
     } else if (v == -1) {
       minus_one = static_cast<int>(i);
       out.push_back(Dim::unknown());

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -64,6 +65,8 @@ enum class ArgKind {
   Other,
 };
 
+struct Graph;
+
 struct Argument {
   ArgKind kind = ArgKind::None;
   std::string variant;             // the JSON key, e.g. "as_tensor"
@@ -78,6 +81,7 @@ struct Argument {
   std::vector<bool> bools;
   std::vector<std::string> strings;
   std::vector<SymIntArg> symints;  // as_sym_int(s)
+  std::shared_ptr<Graph> graph;    // as_graph: a subgraph (higher-order ops); name in `name`
 };
 
 struct NamedArgument {

@@ -235,8 +235,16 @@ class Reader {
       a.s = str(req(obj(v, p), "type", p), p + ".type");
     } else if (k == "as_graph") {
       a.kind = ArgKind::Graph;
+      object go = obj(v, p);
+      if (auto nm = field(go, "name")) a.name = str(*nm, p + ".name");
+      if (++depth_ > kMaxGraphDepth) fail(p, "subgraphs nested too deeply");
+      a.graph = std::make_shared<Graph>(graph(req(go, "graph", p), p + ".graph"));
+      --depth_;
+    } else if (k == "as_operator") {
+      a.kind = ArgKind::Other;  // the op's target, e.g. torch.ops.aten.add.Tensor
+      a.s = str(v, p);
     } else {
-      // as_custom_obj, as_operator, as_complex, ...: kept by variant name; a
+      // as_custom_obj, as_complex, ...: kept by variant name; a
       // converter that needs one reports it.
       a.kind = ArgKind::Other;
     }
@@ -408,6 +416,10 @@ class Reader {
 
  private:
   std::string source_;
+  // Subgraphs nest (a wrapper inside a wrapper); a hostile file must not
+  // recurse the reader off the stack.
+  static constexpr int kMaxGraphDepth = 64;
+  mutable int depth_ = 0;
 };
 
 }  // namespace

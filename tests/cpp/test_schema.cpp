@@ -137,3 +137,39 @@ TEST(SymExpr, RejectsGarbage) {
   for (int i = 0; i < 300; ++i) deep += "Neg(";
   EXPECT_THROW(parse_sym_expr(deep), Error);
 }
+
+namespace {
+
+// A program whose only node is a grad-mode wrapper nesting `depth` levels.
+std::string nested_wrapper_json(int depth) {
+  std::string g = R"({"inputs": [], "outputs": [], "nodes": [], "tensor_values": {}})";
+  for (int i = 0; i < depth; ++i)
+    g = R"({"inputs": [], "outputs": [], "tensor_values": {}, "nodes": [{"target": )"
+        R"("torch.ops.higher_order.wrap_with_set_grad_enabled", "name": "w", "inputs": [)"
+        R"({"name": "", "arg": {"as_bool": false}, "kind": 1}, {"name": "", "arg": {"as_graph": )"
+        R"({"name": "submod", "graph": )" +
+        g + R"(}}, "kind": 1}], "outputs": []}]})";
+  return R"({"schema_version": {"major": 8, "minor": 3}, "graph_module": {"graph": )" + g +
+         R"(, "signature": {"input_specs": [], "output_specs": []}, "module_call_graph": []}})";
+}
+
+}  // namespace
+
+TEST(Schema, ReadsSubgraphsOfHigherOrderOps) {
+  Program p = parse_program(nested_wrapper_json(3));
+  ASSERT_EQ(p.graph.nodes.size(), 1u);
+  const Argument& a = p.graph.nodes[0].inputs[1].arg;
+  EXPECT_EQ(a.kind, ArgKind::Graph);
+  EXPECT_EQ(a.name, "submod");
+  ASSERT_TRUE(a.graph);
+  EXPECT_EQ(a.graph->nodes.size(), 1u);
+}
+
+TEST(Schema, RefusesSubgraphsNestedTooDeeply) {
+  try {
+    parse_program(nested_wrapper_json(100));  // within simdjson's own depth limit
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nested too deeply"), std::string::npos) << e.what();
+  }
+}

@@ -6,16 +6,27 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# torchvision's PyPI wheel is built against CUDA torch and its operator
+# registrations fail with our CPU torch; transformers imports torchvision
+# too. Model definitions work without them (opinfo_harness.hide_torchvision_ops).
+from opinfo_harness import hide_torchvision_ops  # noqa: E402
+
+hide_torchvision_ops()
+
 ATOL = 1e-4
 RTOL = 1e-4
 
 
-def run_ort(path, feeds):
+def ort_session(path):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 2
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def run_ort(path, feeds):
+    sess = ort_session(path)
     return sess, sess.run(None, {k: v for k, v in feeds.items()})
 
 
@@ -83,3 +94,49 @@ def assert_same_both_ways(model, args, onnx_path, *, dynamic_shapes=None, opset=
     else:
         assert not os.path.exists(out + ".data")
     return pt2
+
+
+# ---- OpInfo pass rates (test_opinfo.py), printed at the end of the run
+_OPINFO = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "call" and not (report.when == "setup" and report.skipped):
+        return
+    for key, value in getattr(report, "user_properties", []):
+        if key == "opinfo":
+            import json
+
+            d = json.loads(value)
+            _OPINFO[(d["cfg"], d["op"])] = d
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _OPINFO:
+        return
+    by_cfg = {}
+    for (cfg, _), d in _OPINFO.items():
+        by_cfg.setdefault(cfg, []).append(d)
+    tr = terminalreporter
+    tr.write_sep("=", "OpInfo pass rates (capturable samples; ops with every sample passing)")
+    for cfg, ds in sorted(by_cfg.items()):
+        cap = sum(d["captured"] for d in ds)
+        ok = sum(d["passed"] for d in ds)
+        ops = [d for d in ds if d["captured"]]
+        ops_ok = sum(d["passed"] == d["captured"] for d in ops)
+        skipped = sum(d["samples"] - d["captured"] for d in ds)
+        tr.write_line(f"{cfg:24s} samples {ok}/{cap} = {ok / max(cap, 1):6.1%}   "
+                      f"ops {ops_ok}/{len(ops)} = {ops_ok / max(len(ops), 1):6.1%}   "
+                      f"(not capturable: {skipped} samples)")
+    # torch.onnx on the same samples: measured by `make coverage` (too slow
+    # for every test run); shown with the date of that run.
+    import json
+
+    cov = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "coverage.json")
+    if os.path.exists(cov):
+        with open(cov) as fh:
+            data = json.load(fh)
+        for key, r in sorted(data.get("summary", {}).items()):
+            tr.write_line(f"coverage run {data.get('date')}: {key:34s} samples "
+                          f"{r['passed']}/{r['capturable']} = {r['sample_rate']:6.1%}   ops "
+                          f"{r['ops_passed']}/{r['ops']} = {r['op_rate']:6.1%}")

@@ -134,12 +134,12 @@ def test_exit_codes(tmp_path):
 
     class Unsupported(nn.Module):
         def forward(self, x):
-            return torch.cumsum(x, 0)
+            return torch.linalg.matrix_exp(x)  # not converted (data-dependent Pade degree)
 
     pt2 = tmp_path / "u.pt2"
-    torch.export.save(torch.export.export(Unsupported(), (torch.randn(3),)), pt2)
+    torch.export.save(torch.export.export(Unsupported(), (torch.randn(3, 3),)), pt2)
     r = cli(pt2, "-o", tmp_path / "u.onnx")
-    assert r.returncode == 1 and "torch.ops.aten.cumsum.default (1 node)" in r.stderr
+    assert r.returncode == 1 and "torch.ops.aten.linalg_matrix_exp.default (1 node)" in r.stderr
     assert not os.path.exists(tmp_path / "u.onnx")
 
 
@@ -160,12 +160,12 @@ def test_inspect(tmp_path):
 
     class Unsupported(nn.Module):
         def forward(self, x):
-            return torch.cumsum(x, 0)
+            return torch.linalg.matrix_exp(x)  # not converted (data-dependent Pade degree)
 
     pt2u = tmp_path / "u.pt2"
-    torch.export.save(torch.export.export(Unsupported(), (torch.randn(3),)), pt2u)
+    torch.export.save(torch.export.export(Unsupported(), (torch.randn(3, 3),)), pt2u)
     r = cli("inspect", pt2u)
-    assert r.returncode == 0 and "not supported at opset 18:\n  torch.ops.aten.cumsum.default" in r.stdout
+    assert r.returncode == 0 and "not supported at opset 18:\n  torch.ops.aten.linalg_matrix_exp.default" in r.stdout
 
 
 def hostile_cases():

@@ -124,3 +124,165 @@ def test_op(name, opset, tmp_onnx):
 
 def _inputs(path):
     return onnx.load(path, load_external_data=False).graph.input
+
+
+CHEBYSHEV = ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
+             "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_t",
+             "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
+             "shifted_chebyshev_polynomial_w"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", CHEBYSHEV)
+def test_chebyshev_every_branch(name, dtype):
+    """Degrees past OpInfo's (< 9): torch's trigonometric form inside (-1, 1),
+    its recurrence outside (our hyperbolic form), +-1, 0 and negative n.
+    float32 rtol 1e-4, float64 rtol 1e-9 (atol 1e-5)."""
+    fn = getattr(torch.special, name)
+    x = torch.cat([torch.linspace(-1.6, 1.6, 33),
+                   torch.tensor([-1.0, 1.0, 0.0, 0.5, -0.999, 1.001])]).to(dtype)
+    n = torch.arange(-2, 24).to(dtype)
+    xs, ns = (t.contiguous() for t in torch.broadcast_tensors(x[:, None], n[None, :]))
+    model = Fn(lambda self, a, b: fn(a, b))
+    r = pt2onnx.export(model, (xs, ns), None)
+    _, (got,) = run_ort(r.model_bytes, {"xs_0": xs.numpy(), "xs_1": ns.numpy()})
+    rtol = 1e-4 if dtype == torch.float32 else 1e-9
+    np.testing.assert_allclose(got, fn(xs, ns).numpy(), rtol=rtol, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", ["erfcx", "log_ndtr"])
+def test_erfcx_log_ndtr_whole_range(name, dtype):
+    """Both branches (series to 3, continued fraction beyond), the tails
+    where erfc underflows or overflows, inf and NaN. rtol 1e-5 (float32) /
+    1e-8 (float64), atol 1e-12."""
+    fn = getattr(torch.special, name)
+    x = torch.cat([torch.linspace(-30, 30, 2001),
+                   torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, 3.0])]).to(dtype)
+    r = pt2onnx.export(Fn(lambda self, a: fn(a)), (x,), None)
+    _, (got,) = run_ort(r.model_bytes, {"xs_0": x.numpy()})
+    rtol = 1e-5 if dtype == torch.float32 else 1e-8
+    np.testing.assert_allclose(got, fn(x).numpy(), rtol=rtol, atol=1e-12)
+
+
+@pytest.mark.parametrize("n,shape,kernel,out", [
+    (2, (2, 3, 11, 9), (3, 2), (5, 4)),
+    (2, (3, 10, 10), 2, (9, 5)),         # unbatched
+    (2, (2, 2, 9, 9), 3, 1),             # one window per dim
+    (3, (1, 2, 7, 8, 9), (2, 3, 2), (4, 3, 5)),
+])
+def test_fractional_max_pool_values_and_indices(n, shape, kernel, out):
+    """With the random samples as an input (OpInfo draws them inside, so it
+    can only compare shapes): values and indices exact on new inputs."""
+    fn = F.fractional_max_pool2d if n == 2 else F.fractional_max_pool3d
+    planes = (shape[0] if len(shape) == n + 2 else 1, shape[-n - 1], n)
+    model = Fn(lambda self, a, s: fn(a, kernel, output_size=out, return_indices=True,
+                                     _random_samples=s))
+    r = pt2onnx.export(model, (torch.randn(*shape), torch.rand(*planes)), None)
+    x, s = torch.randn(*shape), torch.rand(*planes)
+    _, got = run_ort(r.model_bytes, {"xs_0": x.numpy(), "xs_1": s.numpy()})
+    for g, e in zip(got, model(x, s)):
+        np.testing.assert_array_equal(g, e.numpy())
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (6, 3), (3, 6), (2, 3, 5, 4)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_householder_qr_family(shape, dtype):
+    """geqrf, linalg.qr (reduced / complete / r), householder_product and
+    ormqr (all four sides) against LAPACK's results on new inputs: same signs,
+    fp32 atol/rtol 1e-4, fp64 1e-10."""
+    def fn(self, a, c_left, c_right):
+        qa, tau = torch.geqrf(a)
+        q, r = torch.linalg.qr(a)
+        qc, rc = torch.linalg.qr(a, mode="complete")
+        _, rr = torch.linalg.qr(a, mode="r")
+        k = min(a.shape[-2:])  # householder_product wants m >= n
+        return (qa, tau, q, r, qc, rc, rr, torch.linalg.householder_product(qa[..., :k], tau),
+                torch.ormqr(qa, tau, c_left), torch.ormqr(qa, tau, c_left, transpose=True),
+                torch.ormqr(qa, tau, c_right, left=False),
+                torch.ormqr(qa, tau, c_right, left=False, transpose=True))
+    m = shape[-2]
+    args = lambda: (torch.randn(*shape, dtype=dtype), torch.randn(*shape[:-2], m, 3, dtype=dtype),
+                    torch.randn(*shape[:-2], 2, m, dtype=dtype))
+    model = Fn(fn)
+    r = pt2onnx.export(model, args(), None)
+    new = args()
+    _, got = run_ort(r.model_bytes, {f"xs_{i}": a.numpy() for i, a in enumerate(new)})
+    tol = 1e-4 if dtype == torch.float32 else 1e-10
+    for g, e in zip(got, model(*new)):
+        np.testing.assert_allclose(g, e.numpy(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_igamma_igammac_zeta_valid_range(dtype):
+    """OpInfo's samples are all outside the domain (NaN); here a in [0, 500],
+    x in [0, 630], both series / continued-fraction sides, inf, zeros and
+    negatives; zeta at s in [0.5, 30], q in [-19.5, 100]. rtol 1e-6
+    (float32) / 1e-8 (float64), atol 1e-7 / 1e-9."""
+    a = torch.cat([torch.tensor([0.0, 1e-3, 0.1, 0.5, 1, 2.5]), torch.logspace(0.5, 2.7, 20),
+                   torch.tensor([float("inf"), -1.0])]).to(dtype)
+    x = torch.cat([torch.tensor([0.0, 1e-4, 0.3, 1, 1.1]), torch.logspace(0.2, 2.8, 30),
+                   torch.tensor([float("inf"), -0.5])]).to(dtype)
+    s = torch.tensor([1.0, 1.5, 2, 3, 4.5, 10, 30, 0.5]).to(dtype)
+    q = torch.tensor([0.1, 0.5, 1, 2.5, 10, 100, 0.0, -1, -2.5, -19.5, -3.0]).to(dtype)
+    rtol, atol = (1e-6, 1e-7) if dtype == torch.float32 else (1e-8, 1e-9)
+    for fn, u, v in [(torch.igamma, a, x), (torch.igammac, a, x), (torch.special.zeta, s, q)]:
+        uu, vv = (t.contiguous() for t in torch.broadcast_tensors(u[:, None], v[None, :]))
+        r = pt2onnx.export(Fn(lambda self, p, z: fn(p, z)), (uu, vv), None)
+        _, (got,) = run_ort(r.model_bytes, {"xs_0": uu.numpy(), "xs_1": vv.numpy()})
+        np.testing.assert_allclose(got, fn(uu, vv).numpy(), rtol=rtol, atol=atol, err_msg=fn.__name__)
+
+
+def test_bincount_and_one_hot_lengths_from_the_data():
+    """bincount's length is max(x) + 1 (or minlength), known only when the
+    model runs: new inputs with a larger maximum give a longer result."""
+    def fn(self, x, w):
+        return (torch.bincount(x, minlength=3), torch.bincount(x, weights=w),
+                F.one_hot(x, 12), F.one_hot(x[0], 10))
+    model = Fn(fn)
+    r = pt2onnx.export(model, (torch.tensor([1, 4, 4, 0]), torch.rand(4)), None)
+    for x in (torch.tensor([7, 7, 2, 9]), torch.tensor([0, 1, 1, 0])):
+        w = torch.rand(4)
+        _, got = run_ort(r.model_bytes, {"xs_0": x.numpy(), "xs_1": w.numpy()})
+        for g, e in zip(got, model(x, w)):
+            assert g.shape == tuple(e.shape)
+            np.testing.assert_allclose(g, e.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (6, 3), (3, 6), (2, 4, 4)])
+def test_unrolled_jacobi_spectra(shape):
+    """eigvalsh / eigh, svdvals, matrix_rank (full and rank-deficient), pinv
+    (plain and hermitian), pinverse, cond and the nuclear / spectral norms
+    against LAPACK's on new inputs (float32, atol/rtol 1e-4). eigh's vectors
+    are compared sign-free: V diag(w) V^T rebuilds the matrix; svd's U S Vh
+    rebuilds it and U, Vh are orthonormal (rank-deficient input: the rank
+    columns only, so the low-rank check is U S Vh and S)."""
+    def fn(self, a, low_rank):
+        sym = a[..., : shape[-1], :] if shape[-2] >= shape[-1] else a[..., :, : shape[-2]]
+        sym = sym + sym.mT
+        w, v = torch.linalg.eigh(sym)
+        return (torch.linalg.eigvalsh(sym), w, (v * w.unsqueeze(-2)) @ v.mT,
+                torch.linalg.svdvals(a), torch.linalg.matrix_rank(a),
+                torch.linalg.matrix_rank(low_rank), torch.linalg.matrix_rank(sym, hermitian=True),
+                torch.linalg.pinv(a), torch.linalg.pinv(low_rank),
+                torch.linalg.pinv(sym, hermitian=True), torch.pinverse(a),
+                torch.linalg.cond(sym), torch.linalg.matrix_norm(a, "nuc"),
+                torch.linalg.matrix_norm(a, 2), torch.linalg.matrix_norm(a, -2),
+                *svd_rebuilt(torch.linalg.svd(a, full_matrices=False)),
+                *svd_rebuilt(torch.linalg.svd(low_rank, full_matrices=False))[:2])
+
+    def svd_rebuilt(usv):  # U S Vh: sign-free, and U, Vh orthonormal
+        u, s, vh = usv
+        return (u * s.unsqueeze(-2)) @ vh, s, u.mT @ u, vh @ vh.mT
+
+    def args():
+        a = torch.randn(*shape)
+        u, v = torch.randn(*shape[:-1], 2), torch.randn(*shape[:-2], 2, shape[-1])
+        return a, u @ v  # rank 2
+
+    model = Fn(fn)
+    r = pt2onnx.export(model, args(), None)
+    new = args()
+    _, got = run_ort(r.model_bytes, {"xs_0": new[0].numpy(), "xs_1": new[1].numpy()})
+    for i, (g, e) in enumerate(zip(got, model(*new))):
+        np.testing.assert_allclose(g, e.numpy(), atol=1e-4, rtol=1e-4, err_msg=f"output {i}")
