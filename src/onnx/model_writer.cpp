@@ -6,11 +6,10 @@
 
 #include <bit>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <unordered_set>
 
+#include "onnx/output_files.h"
 #include "onnx/wire.h"
 
 namespace pt2onnx {
@@ -25,16 +24,11 @@ using wire::Msg;
 constexpr uint64_t kAlign = 4096;                   // external data offsets: page aligned for mmap
 constexpr uint64_t kProtoLimit = (2ull << 30) - 1;  // protobuf's 2 GiB message limit
 
-// Buffered writer over a file descriptor; large payloads bypass the buffer.
+// Buffered writer over a file descriptor it does not own (OutputFiles does);
+// large payloads bypass the buffer.
 class FileOut {
  public:
-  explicit FileOut(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error("cannot create '" + path + "': " + std::strerror(errno));
-  }
-  ~FileOut() {
-    if (fd_ >= 0) ::close(fd_);
-  }
+  FileOut(int fd, std::string path) : path_(std::move(path)), fd_(fd) {}
   void put(std::string_view s) {
     if (buf_.size() + s.size() > kBuf) flush();
     if (s.size() >= kBuf) return raw(s.data(), s.size());
@@ -68,14 +62,7 @@ class FileOut {
     written_ += n;
     return true;
   }
-  void close() {
-    flush();
-    if (::close(fd_) != 0) {
-      fd_ = -1;
-      throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
-    }
-    fd_ = -1;
-  }
+  void finish() { flush(); }
   uint64_t written() const { return written_ + buf_.size(); }
 
  private:
@@ -101,16 +88,6 @@ class FileOut {
   int fd_ = -1;
   std::string buf_;
   uint64_t written_ = 0;
-};
-
-// Removes temporary files unless committed.
-struct TempFiles {
-  std::vector<std::string> paths;
-  bool committed = false;
-  ~TempFiles() {
-    if (!committed)
-      for (auto& p : paths) std::remove(p.c_str());
-  }
 };
 
 constexpr size_t kKernelCopyMin = 64 << 10;  // below this a memory write is as cheap
@@ -223,10 +200,6 @@ Msg node_proto(const Node& n, int ir_version) {
   return m;
 }
 
-std::string file_name(const std::string& path) {
-  return std::filesystem::path(path).filename().string();
-}
-
 }  // namespace
 
 std::string tensor_proto_bytes(const TensorData& t, const std::string& name) {
@@ -248,8 +221,14 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   bool external = opt.external_data == ExternalData::Always ||
                   (opt.external_data == ExternalData::Auto &&
                    result.weight_bytes > opt.external_data_threshold);
-  std::string data_path = path + ".data";
-  std::string location = file_name(data_path);
+  bool has_ext = false;
+  for (auto& init : g.initializers)
+    has_ext |= external && init.data.nbytes() >= opt.external_min_tensor_bytes;
+  // Temporary model file now, data file under its final fresh name (the
+  // model names it): nothing at `path` changes before files.commit().
+  OutputFiles files(path);
+  if (has_ext) files.create_data();
+  const std::string& location = files.data_location();
 
   // Plan: which tensors go to the side file and at which offsets.
   struct Planned {
@@ -329,11 +308,6 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   head.tag(7, wire::kLen);
   head.varint(graph_len);
 
-  TempFiles temps;
-  std::string tmp_model = path + ".tmp" + std::to_string(::getpid());
-  std::string tmp_data = data_path + ".tmp" + std::to_string(::getpid());
-  temps.paths.push_back(tmp_model);
-
   uint64_t total = result.weight_bytes, done = 0;
   auto payload = [&](FileOut& out, const TensorData& t) {
     const size_t n = t.nbytes();
@@ -354,7 +328,7 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   };
 
   {
-    FileOut out(tmp_model);
+    FileOut out(files.model_fd(), files.model_temp_path());
     out.put(head.bytes);
     out.put(nodes_part.bytes);
     for (auto& p : plan) {
@@ -367,29 +341,19 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
       if (!p.ext) payload(out, p.init->data);
     }
     out.put(tail.bytes);
-    out.close();
+    out.finish();
   }
-  bool has_ext = false;
-  for (auto& p : plan) has_ext |= p.ext;
   if (has_ext) {
-    temps.paths.push_back(tmp_data);
-    FileOut out(tmp_data);
+    FileOut out(files.data_fd(), files.data_path());
     for (auto& p : plan) {
       if (!p.ext) continue;
       out.zeros(p.offset - out.written());
       payload(out, p.init->data);
     }
-    out.close();
-    if (std::rename(tmp_data.c_str(), data_path.c_str()) != 0)
-      throw Error("cannot rename '" + tmp_data + "' to '" + data_path +
-                  "': " + std::strerror(errno));
-    result.data_paths.push_back(data_path);
+    out.finish();
+    result.data_paths.push_back(files.data_path());
   }
-  if (std::rename(tmp_model.c_str(), path.c_str()) != 0) {
-    if (has_ext) std::remove(data_path.c_str());
-    throw Error("cannot rename '" + tmp_model + "' to '" + path + "': " + std::strerror(errno));
-  }
-  temps.committed = true;
+  files.commit();
   return result;
 }
 

@@ -1,6 +1,7 @@
 // Writes a Graph as an ONNX ModelProto, streaming weights from their memory
-// to the file (and to a side file for external data). Writes to temporary
-// names and renames on success: a failed export leaves nothing behind.
+// to the file (and to a side file for external data). One rename commits the
+// model (see output_files.h): a failed or killed export leaves the previous
+// model and its data as they were, and nothing of its own.
 #pragma once
 #include <functional>
 #include <string>
