@@ -4,8 +4,10 @@ zero-copy weight views to the C++ core. No conversion logic lives here."""
 from __future__ import annotations
 
 import inspect
+import operator
 import os
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -15,6 +17,12 @@ import torch
 from . import _core
 
 DEFAULT_OPSET = 18
+
+# torch.export (tracing, fake tensors, the serializer and our patch of its
+# canonicalize) is not thread-safe: capture and serialization of concurrent
+# exports run one at a time; the C++ stages after them run in parallel with
+# the GIL released.
+_CAPTURE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -58,18 +66,35 @@ def _to_torch_spec(d: Any) -> Any:
     return torch.export.Dim.DYNAMIC if isinstance(d, str) else d
 
 
-def _axes_spec(spec: Any) -> tuple[Any, dict[int, str]]:
-    """(torch.export form, {axis: name}) of one input's dynamic spec."""
+def _check_axis(axis: Any, rank: int, where: str) -> int:
+    """`axis` as a non-negative int, either sign convention; a ValueError
+    naming `where` when it is out of range (it would give a static model)."""
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise TypeError(f"{where}: axis {axis!r} is not an int")
+    if not -rank <= axis < rank:
+        valid = f"valid: {-rank}..{rank - 1}" if rank else "a scalar has no axes"
+        raise ValueError(f"{where}: axis {axis} is out of range for rank {rank} ({valid})")
+    return axis + rank if axis < 0 else axis
+
+
+def _axes_spec(spec: Any, value: Any, where: str) -> tuple[Any, dict[int, str]]:
+    """(torch.export form, {axis: name}) of one input's dynamic spec; axes are
+    checked against `value` when it is a tensor."""
     names: dict[int, str] = {}
+    rank = value.dim() if isinstance(value, torch.Tensor) else None
     if isinstance(spec, Mapping):
         out = {}
         for axis, d in spec.items():
+            if rank is not None:
+                axis = _check_axis(axis, rank, where)
             out[axis] = _to_torch_spec(d)
             n = _dim_name(d)
-            if n:
+            if n and rank is not None:
                 names[int(axis)] = n
         return out, names
-    if isinstance(spec, (list, tuple)):
+    if isinstance(spec, (list, tuple)) and rank is not None:
+        if len(spec) != rank:
+            raise ValueError(f"{where}: gives {len(spec)} axes for an input of rank {rank}")
         out_l = []
         for axis, d in enumerate(spec):
             out_l.append(_to_torch_spec(d))
@@ -92,9 +117,19 @@ def _forward_params(model: torch.nn.Module) -> list[str]:
     ]
 
 
+def _bound_inputs(model, args, kwargs) -> dict[str, Any]:
+    """forward's parameter names -> the values given (empty if they do not bind)."""
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **(kwargs or {}))
+    except (TypeError, ValueError):
+        return {}
+    return dict(bound.arguments)
+
+
 def _dynamic_shapes(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names):
     """torch.export dynamic_shapes + dim_param names for inputs and outputs."""
     params = _forward_params(model)
+    values = _bound_inputs(model, args, kwargs)
     in_names: dict[str, dict[int, str]] = {}
     out_names: dict[int, dict[int, str]] = {}
     if dynamic_shapes is not None and dynamic_axes is not None:
@@ -103,25 +138,49 @@ def _dynamic_shapes(model, args, kwargs, dynamic_shapes, dynamic_axes, input_nam
         if isinstance(dynamic_shapes, Mapping):
             ds = {}
             for key, spec in dynamic_shapes.items():
-                ds[key], names = _axes_spec(spec)
+                if params and key not in params:
+                    raise ValueError(f"dynamic_shapes names {key!r}, which is not an argument of "
+                                     f"forward (its arguments: {', '.join(params)})")
+                ds[key], names = _axes_spec(spec, values.get(key), f"dynamic_shapes[{key!r}]")
                 if names:
                     in_names[key] = names
             return ds, in_names, out_names
+        if not isinstance(dynamic_shapes, (list, tuple)):
+            raise TypeError("dynamic_shapes must be a dict keyed by forward's argument names or a "
+                            f"tuple in their order, not {type(dynamic_shapes).__name__}")
+        if params and len(dynamic_shapes) > len(values):
+            raise ValueError(f"dynamic_shapes has {len(dynamic_shapes)} entries but forward is "
+                             f"given {len(values)} inputs ({', '.join(values)})")
         ds_l = []
         for i, spec in enumerate(dynamic_shapes):
-            s, names = _axes_spec(spec)
+            p = params[i] if i < len(params) else None
+            s, names = _axes_spec(spec, values.get(p) if p else None, f"dynamic_shapes[{i}]")
             ds_l.append(s)
-            if names and i < len(params):
-                in_names[params[i]] = names
+            if names and p:
+                in_names[p] = names
         return type(dynamic_shapes)(ds_l), in_names, out_names
     if dynamic_axes is None:
         return None, in_names, out_names
     # torch.onnx's dynamic_axes: keys are input / output names, values a list of
-    # axes or {axis: name}.
-    def axes_of(key, v):
+    # axes or {axis: name}. Output axes are checked by the core (it knows the
+    # output ranks).
+    def axes_of(key, v, value=None):
+        where = f"dynamic_axes[{key!r}]"
         if isinstance(v, Mapping):
-            return {int(a): str(n) for a, n in v.items()}
-        return {int(a): f"{key}_dynamic_axes_{k + 1}" for k, a in enumerate(v)}
+            pairs = [(a, str(n)) for a, n in v.items()]
+        elif isinstance(v, (list, tuple)):
+            pairs = [(a, f"{key}_dynamic_axes_{k + 1}") for k, a in enumerate(v)]
+        else:
+            raise TypeError(f"{where} must be a list of axes or a dict axis -> name, "
+                            f"not {type(v).__name__}")
+        out = {}
+        for a, n in pairs:
+            if isinstance(value, torch.Tensor):
+                a = _check_axis(a, value.dim(), where)
+            elif isinstance(a, bool) or not isinstance(a, int):
+                raise TypeError(f"{where}: axis {a!r} is not an int")
+            out[a] = n
+        return out
 
     user_in = list(input_names) if input_names else []
     n_pos = len(args)
@@ -136,7 +195,7 @@ def _dynamic_shapes(model, args, kwargs, dynamic_shapes, dynamic_axes, input_nam
             ds[p] = None
             continue
         known.add(key)
-        axes = axes_of(key, dynamic_axes[key])
+        axes = axes_of(key, dynamic_axes[key], values.get(p))
         ds[p] = {a: torch.export.Dim.DYNAMIC for a in axes}
         in_names[p] = axes
     for j, o in enumerate(output_names or []):
@@ -241,6 +300,52 @@ def _plain_output_specs(ep: torch.export.ExportedProgram):
     return saved
 
 
+def _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names, external_data,
+                     optimize, strict) -> int:
+    """Type and range checks of export()'s arguments, each error naming its
+    argument (the core's bindings would otherwise print a signature dump).
+    Returns the opset to use."""
+    def kind(v):
+        return type(v).__name__
+
+    if f is not None and not isinstance(f, (str, os.PathLike)):
+        raise TypeError(f"f must be a file path (str or os.PathLike) or None, not {kind(f)}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(f"kwargs must be a dict of keyword arguments, not {kind(kwargs)}")
+    if dynamic_axes is not None and not isinstance(dynamic_axes, Mapping):
+        raise TypeError(f"dynamic_axes must be a dict keyed by input/output names, "
+                        f"not {kind(dynamic_axes)}")
+    for arg, names in (("input_names", input_names), ("output_names", output_names)):
+        if names is None:
+            continue
+        if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
+            raise TypeError(f"{arg} must be a list of str, not {kind(names)}")
+        for i, n in enumerate(names):
+            if not isinstance(n, str) or not n:
+                raise TypeError(f"{arg}[{i}] must be a non-empty str, not {n!r}")
+        dup = sorted({n for n in names if list(names).count(n) > 1})
+        if dup:
+            raise ValueError(f"{arg} repeats {dup}")
+    for arg, v in (("external_data", external_data),):
+        if v is not None and not isinstance(v, bool):
+            raise TypeError(f"{arg} must be True, False or None, not {v!r}")
+    for arg, v in (("optimize", optimize), ("strict", strict)):
+        if not isinstance(v, bool):
+            raise TypeError(f"{arg} must be True or False, not {v!r}")
+    if opset is None:
+        return DEFAULT_OPSET
+    if isinstance(opset, bool):
+        raise TypeError(f"opset must be an int, not {opset!r}")
+    try:
+        value = operator.index(opset)  # ints and numpy ints; not 18.7 or "18"
+    except TypeError:
+        raise TypeError(f"opset must be an int in {_core.MIN_OPSET}..{_core.MAX_OPSET}, "
+                        f"not {opset!r} ({kind(opset)})") from None
+    if not (_core.MIN_OPSET <= value <= _core.MAX_OPSET):
+        raise ValueError(f"opset must be in {_core.MIN_OPSET}..{_core.MAX_OPSET}, got {value}")
+    return value
+
+
 def export(
     model: torch.nn.Module | torch.export.ExportedProgram,
     args: Any = (),
@@ -262,15 +367,16 @@ def export(
     (Dim objects, Dim.DYNAMIC / Dim.AUTO, or strings naming the dim) or
     `dynamic_axes` in torch.onnx's form ({"x": {0: "batch"}}); `input_names` /
     `output_names` rename graph inputs / outputs in order. `external_data`:
-    None = automatic (weights go to `<f>.data` above ~1.8 GB), True = always,
+    None = automatic (weights go to `<f>.data` above ~1.8 GB; `<f>.1.data`
+    while `<f>.data` belongs to the model being replaced), True = always,
     False = never. Returns an ExportResult with per-stage timings.
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
-    fails; no file is left behind then.
+    fails; the previous file at `f`, if any, is then left as it was.
     """
     t0 = time.perf_counter()
-    opset = DEFAULT_OPSET if opset is None else int(opset)
-    if not (_core.MIN_OPSET <= opset <= _core.MAX_OPSET):
-        raise ValueError(f"opset must be in {_core.MIN_OPSET}..{_core.MAX_OPSET}, got {opset}")
+    ds = None
+    opset = _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names,
+                             external_data, optimize, strict)
     if not isinstance(args, tuple):
         args = (args,) if not isinstance(args, list) else tuple(args)
     in_dim_names: dict[str, dict[int, str]] = {}
@@ -285,11 +391,13 @@ def export(
         ds, in_dim_names, out_dim_names = _dynamic_shapes(
             model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names
         )
-        ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
-    t1 = time.perf_counter()
-    program_json = _serialize(ep)
-    weights, keep_alive = _weight_views(ep)
-    t2 = time.perf_counter()
+    with _CAPTURE_LOCK:
+        if not isinstance(model, torch.export.ExportedProgram):
+            ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
+        t1 = time.perf_counter()
+        program_json = _serialize(ep)
+        weights, keep_alive = _weight_views(ep)
+        t2 = time.perf_counter()
 
     if external_data is None:
         ext = "auto"

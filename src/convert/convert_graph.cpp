@@ -137,13 +137,31 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
   Ctx top(b, prog, no_node, env);
 
   // dim_param names: a named axis maps its (single) free symbol to the name.
-  for (auto& spec : prog.input_specs) {
-    if (spec.kind != InputSpec::Kind::UserInput) continue;
-    auto names = opt.input_dim_names.find(spec.arg_name);
-    auto meta = prog.graph.tensor_values.find(spec.arg_name);
-    if (names == opt.input_dim_names.end() || meta == prog.graph.tensor_values.end()) continue;
-    for (auto& [axis, name] : names->second) {
-      if (axis < 0 || axis >= static_cast<int64_t>(meta->second.sizes.size())) continue;
+  // Every name must find its input and axis (either sign): a dropped one
+  // would silently give a static model.
+  for (auto& [input, axes] : opt.input_dim_names) {
+    const InputSpec* spec = nullptr;
+    for (auto& sp : prog.input_specs)
+      if (sp.kind == InputSpec::Kind::UserInput && sp.arg_name == input) spec = &sp;
+    auto meta = prog.graph.tensor_values.find(input);
+    if (!spec || meta == prog.graph.tensor_values.end()) {
+      std::string known;
+      for (auto& sp : prog.input_specs)
+        if (sp.kind == InputSpec::Kind::UserInput)
+          known += (known.empty() ? "" : ", ") + std::string("'") + sp.arg_name + "'";
+      throw Error("dynamic axes name the input '" + input +
+                  "', which the program does not have (its inputs: " +
+                  (known.empty() ? std::string("none") : known) + ")");
+    }
+    const auto rank = static_cast<int64_t>(meta->second.sizes.size());
+    for (auto& [given, name] : axes) {
+      int64_t axis = given < 0 ? given + rank : given;
+      if (axis < 0 || axis >= rank)
+        throw Error(
+            "dynamic axis " + std::to_string(given) + " of input '" + input +
+            "' is out of range for its rank " + std::to_string(rank) +
+            (rank ? " (valid: " + std::to_string(-rank) + ".." + std::to_string(rank - 1) + ")"
+                  : std::string(" (a scalar has no axes)")));
       const auto& s = meta->second.sizes[static_cast<size_t>(axis)];
       if (!s.expr) continue;
       std::set<std::string> syms;
@@ -284,10 +302,16 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
     auto dn = user ? opt.output_dim_names.find(static_cast<int64_t>(out_index))
                    : opt.output_dim_names.end();
     if (dn != opt.output_dim_names.end() && t.shape)
-      for (auto& [axis, dname] : dn->second)
-        if (axis >= 0 && axis < static_cast<int64_t>(t.shape->size()) &&
-            !(*t.shape)[static_cast<size_t>(axis)].is_static())
+      for (auto& [given, dname] : dn->second) {
+        const auto rank = static_cast<int64_t>(t.shape->size());
+        int64_t axis = given < 0 ? given + rank : given;
+        if (axis < 0 || axis >= rank)
+          throw Error("dynamic axis " + std::to_string(given) + " of output '" + name +
+                      "' (output " + std::to_string(out_index) + ") is out of range for its rank " +
+                      std::to_string(rank));
+        if (!(*t.shape)[static_cast<size_t>(axis)].is_static())
           (*t.shape)[static_cast<size_t>(axis)] = Dim::symbol(dname);
+      }
     if (value != name) {
       // A value the output no longer is (the FX name's value before an
       // in-place op rebound it) may hold the name: it moves aside.
@@ -330,6 +354,10 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
   if (out_index < opt.output_names.size())
     throw Error("output_names has " + std::to_string(opt.output_names.size()) +
                 " names but the model has " + std::to_string(out_index) + " outputs");
+  for (auto& [index, axes] : opt.output_dim_names)
+    if (index < 0 || index >= static_cast<int64_t>(out_index))
+      throw Error("dynamic axes name output " + std::to_string(index) + " but the model has " +
+                  std::to_string(out_index) + " outputs");
   return b.take();
 }
 
