@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "convert/context.h"
+#include "convert/expr.h"
 #include "convert/registry.h"
 
 namespace pt2onnx {
@@ -81,23 +82,11 @@ void softmax_like(Ctx& c, const char* op) {
 void softmax(Ctx& c) { softmax_like(c, "Softmax"); }
 void log_softmax(Ctx& c) { softmax_like(c, "LogSoftmax"); }
 
-DType opmath(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float : t; }
-
 // One pointwise activation: the input in the compute type, and the emitter.
-struct Pw {
-  Ctx& c;
+struct Pw : Expr {
   std::string x;
-  DType t;
-  explicit Pw(Ctx& ctx, const std::string& v) : c(ctx), x(v), t(opmath(ctx.out_dtype())) {
+  Pw(Ctx& ctx, const std::string& v) : Expr{ctx, opmath(ctx.out_dtype())}, x(v) {
     x = c.cast(x, t);
-  }
-  std::string k(double v) { return c.b.scalar(t, v); }
-  std::string op(const char* o, std::vector<std::string> in) { return c.b.op(o, std::move(in)); }
-  std::string add(const std::string& a, const std::string& b) { return op("Add", {a, b}); }
-  std::string sub(const std::string& a, const std::string& b) { return op("Sub", {a, b}); }
-  std::string mul(const std::string& a, const std::string& b) { return op("Mul", {a, b}); }
-  std::string where(const std::string& m, const std::string& a, const std::string& b) {
-    return op("Where", {m, a, b});
   }
   // log(1 + exp(v))
   std::string log1p_exp(const std::string& v) { return op("Log", {add(op("Exp", {v}), k(1.0))}); }

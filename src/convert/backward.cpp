@@ -7,25 +7,14 @@
 #include <numbers>
 
 #include "convert/context.h"
+#include "convert/expr.h"
 #include "convert/registry.h"
 
 namespace pt2onnx {
 
 namespace {
 
-// Small expression helper in one dtype.
-struct Ex {
-  Ctx& c;
-  DType t;
-  std::string k(double v) { return c.b.scalar(t, v); }
-  std::string op(const char* o, std::vector<std::string> in) { return c.b.op(o, std::move(in)); }
-  std::string mul(const std::string& a, const std::string& b) { return op("Mul", {a, b}); }
-  std::string add(const std::string& a, const std::string& b) { return op("Add", {a, b}); }
-  std::string sub(const std::string& a, const std::string& b) { return op("Sub", {a, b}); }
-  std::string where(const std::string& m, const std::string& a, const std::string& b) {
-    return op("Where", {m, a, b});
-  }
-};
+using Ex = Expr;
 
 // grad_input = output * (grad - sum(grad * output, dim))
 void softmax_backward(Ctx& c) {
@@ -68,7 +57,7 @@ void max_pool_backward(Ctx& c, size_t n) {
   // float16 / bfloat16 add up in float32 (onnxruntime's ScatterElements has no
   // 16-bit float add), then round once.
   DType out = c.out_dtype();
-  Ex e{c, out == DType::Float16 || out == DType::BFloat16 ? DType::Float : out};
+  Ex e{c, opmath(out)};
   std::string g = c.operand("grad_output", e.t);
   std::string self = c.tensor("self");
   std::string idx = c.cast(c.tensor("indices"), DType::Int64);

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "convert/context.h"
+#include "convert/expr.h"
 #include "convert/registry.h"
 
 namespace pt2onnx {
@@ -23,20 +24,10 @@ enum class Kind { T, U, V, W };
 
 constexpr int kUnrolled = 8;
 
-struct Poly {
-  Ctx& c;
+struct Poly : Expr {
   std::string y, n;  // float64; n truncated toward zero
-
-  std::string k(double v) { return c.b.scalar(DType::Double, v); }
-  std::string op(const char* o, std::vector<std::string> in) { return c.b.op(o, std::move(in)); }
-  std::string mul(const std::string& a, const std::string& b) { return op("Mul", {a, b}); }
-  std::string add(const std::string& a, const std::string& b) { return op("Add", {a, b}); }
-  std::string sub(const std::string& a, const std::string& b) { return op("Sub", {a, b}); }
-  std::string div(const std::string& a, const std::string& b) { return op("Div", {a, b}); }
-  std::string eq(const std::string& a, double v) { return op("Equal", {a, k(v)}); }
-  std::string where(const std::string& m, const std::string& a, const std::string& b) {
-    return op("Where", {m, a, b});
-  }
+  Poly(Ctx& ctx, std::string y_, std::string n_)
+      : Expr{ctx, DType::Double}, y(std::move(y_)), n(std::move(n_)) {}
   // (-1)^n for an integral n.
   std::string parity_sign() {
     std::string a = op("Abs", {n});
@@ -110,17 +101,17 @@ struct Poly {
     std::string ay = op("Abs", {y});
     std::string big = op("Greater", {ay, k(1)});
     std::string z = where(big, ay, k(2));  // keeps the unused lanes finite
-    std::string t = op("Log", {add(z, op("Sqrt", {sub(mul(z, z), k(1))}))});
+    std::string th = op("Log", {add(z, op("Sqrt", {sub(mul(z, z), k(1))}))});
     std::string neg = op("Less", {y, k(0)});
     std::string sgn = where(neg, parity_sign(), k(1));
-    std::string nh = mul(add(n, k(0.5)), t), half = mul(t, k(0.5));
+    std::string nh = mul(add(n, k(0.5)), th), half = mul(th, k(0.5));
     std::string v;
     switch (kind) {
       case Kind::T:
-        v = cosh(mul(n, t));
+        v = cosh(mul(n, th));
         break;
       case Kind::U:
-        v = div(sinh(mul(add(n, k(1)), t)), sinh(t));
+        v = div(sinh(mul(add(n, k(1)), th)), sinh(th));
         break;
       case Kind::V:
       case Kind::W: {

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "convert/expr.h"
 #include "convert/registry.h"
 
 namespace pt2onnx {
@@ -24,12 +25,8 @@ namespace {
 
 constexpr int64_t kMaxSize = 32;
 
-struct Jacobi {
-  Ctx& c;
-  DType t = DType::Double;
-
-  std::string k(double v) { return c.b.scalar(t, v); }
-  std::string op(const char* o, std::vector<std::string> in) { return c.b.op(o, std::move(in)); }
+struct Jacobi : Expr {
+  explicit Jacobi(Ctx& ctx) : Expr{ctx, DType::Double} {}
   std::string f64(const std::vector<double>& v, int64_t n) {
     return c.b.constant(TensorData::from_vector(DType::Double, {n, n}, v));
   }

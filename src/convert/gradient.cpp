@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "convert/context.h"
+#include "convert/expr.h"
 #include "convert/registry.h"
 
 namespace pt2onnx {
@@ -14,15 +15,8 @@ namespace {
 
 constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();
 
-struct Fd {
-  Ctx& c;
-  DType t;
-  std::string k(double v) { return c.b.scalar(t, v); }
-  std::string op(const char* o, std::vector<std::string> in) { return c.b.op(o, std::move(in)); }
-  std::string mul(const std::string& a, const std::string& b) { return op("Mul", {a, b}); }
-  std::string add(const std::string& a, const std::string& b) { return op("Add", {a, b}); }
-  std::string sub(const std::string& a, const std::string& b) { return op("Sub", {a, b}); }
-  std::string div(const std::string& a, const std::string& b) { return op("Div", {a, b}); }
+struct Fd : Expr {
+  Fd(Ctx& ctx, DType type) : Expr{ctx, type} {}
   std::string slice(const std::string& v, int64_t axis, int64_t start, int64_t end) {
     return c.b.op("Slice",
                   {v, c.b.const_i64({start}), c.b.const_i64({end}), c.b.const_i64({axis})});

@@ -8,18 +8,15 @@
 // geqrf packs R on and above the diagonal and the v's below it. Batch dims
 // may be symbolic; the matrix dims must be static.
 #include "convert/context.h"
+#include "convert/expr.h"
 #include "convert/registry.h"
 
 namespace pt2onnx {
 
 namespace {
 
-struct Householder {
-  Ctx& c;
-  DType t;
-
-  std::string k(double v) { return c.b.scalar(t, v); }
-  std::string op(const char* o, std::vector<std::string> in) { return c.b.op(o, std::move(in)); }
+struct Householder : Expr {
+  Householder(Ctx& ctx, DType type) : Expr{ctx, type} {}
   // 1.0 where pred(i) else 0.0, a [n] constant of type t.
   template <typename P>
   std::string mask(int64_t n, P pred) {

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "convert/context.h"
+#include "convert/expr.h"
 #include "convert/registry.h"
 
 namespace pt2onnx {
@@ -16,28 +17,11 @@ namespace {
 
 enum Reduction : int64_t { kNone = 0, kMean = 1, kSum = 2 };
 
-DType opmath(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float : t; }
-
 // Emission helpers for one node computing in type `t`.
-struct E {
-  Ctx& c;
-  DType t;
-  explicit E(Ctx& ctx) : c(ctx), t(opmath(ctx.out_dtype())) {}
+struct E : Expr {
+  explicit E(Ctx& ctx) : Expr{ctx, opmath(ctx.out_dtype())} {}
   std::string in(std::string_view name) { return c.cast(c.tensor(name), t); }
-  std::string k(double v) { return c.b.scalar(t, v); }
-  std::string op(const char* o, std::vector<std::string> v) { return c.b.op(o, std::move(v)); }
-  std::string add(const std::string& a, const std::string& b) { return op("Add", {a, b}); }
-  std::string sub(const std::string& a, const std::string& b) { return op("Sub", {a, b}); }
-  std::string mul(const std::string& a, const std::string& b) { return op("Mul", {a, b}); }
-  std::string div(const std::string& a, const std::string& b) { return op("Div", {a, b}); }
-  std::string neg(const std::string& a) { return op("Neg", {a}); }
-  std::string abs(const std::string& a) { return op("Abs", {a}); }
-  std::string log(const std::string& a) { return op("Log", {a}); }
-  std::string exp(const std::string& a) { return op("Exp", {a}); }
   std::string max0(const std::string& a) { return op("Max", {a, k(0.0)}); }
-  std::string where(const std::string& m, const std::string& a, const std::string& b) {
-    return op("Where", {m, a, b});
-  }
   std::string all_axes(const char* o, const std::string& v) {
     size_t r = c.rank(v);
     if (r == 0) return v;

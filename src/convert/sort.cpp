@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "convert/context.h"
+#include "convert/expr.h"
 #include "convert/registry.h"
 
 namespace pt2onnx {
@@ -534,8 +535,7 @@ std::string count_below(Ctx& c, const std::string& seq, const std::string& v, bo
 DType compare_type(Ctx& c, const char* a, const char* b) {
   auto [ta, ca] = c.operand_class(a);
   auto [tb, cb] = c.operand_class(b);
-  DType t = promote_types(ta, ca, tb, cb);
-  return t == DType::Float16 || t == DType::BFloat16 ? DType::Float : t;
+  return opmath(promote_types(ta, ca, tb, cb));
 }
 
 void bucketize(Ctx& c) {
