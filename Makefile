@@ -69,19 +69,27 @@ test-sanitize: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target pt2onnx_tests
 	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
 
-# libFuzzer on the archive + schema reader, seeded with the corpus; bounded.
+# libFuzzer, seeded with the hostile corpus (valid.pt2 included, so inputs
+# reach conversion); bounded. The targets share FUZZ_SECONDS, half each:
+# fuzz_archive (archive + schema readers) and fuzz_pipeline (read, convert,
+# write a file). -max_len 256 KiB: the deep-pickle reproducer (207 KB) fits whole.
 FUZZ_BUILD := build/fuzz
 FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := fuzz_archive fuzz_pipeline
 fuzz: deps deps-clang
 	CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DPT2ONNX_FUZZ=ON >/dev/null
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_archive
-	mkdir -p $(FUZZ_BUILD)/corpus && cp tests/data/hostile/*.pt2 $(FUZZ_BUILD)/corpus/
-	@rc=0; $(FUZZ_BUILD)/fuzz_archive $(FUZZ_BUILD)/corpus -max_total_time=$(FUZZ_SECONDS) \
-	  -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/ \
-	  > $(FUZZ_BUILD)/fuzz.log 2>&1 || rc=$$?; \
-	grep -E "^(Done|stat::|==.*ERROR|SUMMARY)" $(FUZZ_BUILD)/fuzz.log; \
-	if [ $$rc -ne 0 ]; then tail -n 60 $(FUZZ_BUILD)/fuzz.log; fi; exit $$rc
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
+	@each=$$(( $(FUZZ_SECONDS) / 2 > 0 ? $(FUZZ_SECONDS) / 2 : 1 )); rc=0; \
+	for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus_$$t && cp tests/data/hostile/*.pt2 $(FUZZ_BUILD)/corpus_$$t/; \
+	  echo "== $$t, $$each s"; r=0; \
+	  $(FUZZ_BUILD)/$$t $(FUZZ_BUILD)/corpus_$$t -max_total_time=$$each \
+	    -max_len=262144 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/$$t- \
+	    > $(FUZZ_BUILD)/$$t.log 2>&1 || r=$$?; \
+	  grep -E "^(Done|stat::|==.*ERROR|SUMMARY)" $(FUZZ_BUILD)/$$t.log; \
+	  if [ $$r -ne 0 ]; then tail -n 60 $(FUZZ_BUILD)/$$t.log; rc=$$r; fi; \
+	done; exit $$rc
 
 FORMAT_FILES = $(shell git ls-files '*.cpp' '*.h')
 format:

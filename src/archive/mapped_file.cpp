@@ -36,4 +36,14 @@ MappedFile::~MappedFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+ZeroPages::ZeroPages(size_t n, const std::string& what) : size_(n) {
+  void* p = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    throw Error(what + ": a fake (empty-storage) tensor of " + std::to_string(n) +
+                " bytes cannot be mapped: " + std::strerror(errno));
+  data_ = static_cast<const uint8_t*>(p);
+}
+
+ZeroPages::~ZeroPages() { ::munmap(const_cast<uint8_t*>(data_), size_); }
+
 }  // namespace pt2onnx

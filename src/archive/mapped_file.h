@@ -25,4 +25,21 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// n zero bytes that cost no memory: a read-only anonymous mapping, whose
+// pages all read as the kernel's one zero page. Fake tensors (empty storage
+// files) point here, so a tiny hostile archive naming a huge one cannot
+// exhaust memory.
+class ZeroPages {
+ public:
+  ZeroPages(size_t n, const std::string& what);
+  ~ZeroPages();
+  ZeroPages(const ZeroPages&) = delete;
+  ZeroPages& operator=(const ZeroPages&) = delete;
+  const uint8_t* data() const { return data_; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 }  // namespace pt2onnx

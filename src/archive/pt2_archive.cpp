@@ -141,8 +141,8 @@ void Pt2Archive::add_raw_payloads(const std::string& config_entry, const std::st
       if (span && offset >= 0 &&
           !__builtin_mul_overflow(static_cast<uint64_t>(offset), dtype_size(m.dtype), &end) &&
           !__builtin_add_overflow(end, *span, &end) && end > 0) {
-        zeros_.emplace_back(end, 0);
-        storage = zeros_.back().data();
+        zeros_.push_back(std::make_unique<ZeroPages>(end, where));
+        storage = zeros_.back()->data();
         storage_bytes = end;
       }
     }

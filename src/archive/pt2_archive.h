@@ -58,7 +58,7 @@ class Pt2Archive {
   std::string json_source_;
   std::string layout_;
   Weights weights_;
-  std::vector<std::vector<uint8_t>> zeros_;  // fake tensors (empty storage files)
+  std::vector<std::unique_ptr<ZeroPages>> zeros_;  // fake tensors (empty storage files)
 };
 
 }  // namespace pt2onnx

@@ -1,7 +1,8 @@
 #include "archive/unpickler.h"
 
+#include <algorithm>
 #include <cstring>
-#include <memory>
+#include <deque>
 #include <unordered_map>
 
 #include "pt2onnx/error.h"
@@ -10,23 +11,21 @@ namespace pt2onnx {
 
 namespace {
 
-// Values on the pickle stack. Only what torch.save's state dicts use.
+// Values on the pickle stack. Only what torch.save's state dicts use. They
+// live in the machine's arena and point at each other without owning: freeing
+// is one flat loop however deep they nest, and cycles (a list appended to
+// itself through the memo) cannot leak.
 struct Value {
   enum class Kind { None, Bool, Int, Float, Str, Tuple, List, Dict, Global, Storage, Tensor, Mark };
   Kind kind = Kind::None;
+  size_t depth = 0;  // levels of containers inside (0: a scalar or an empty container)
   int64_t i = 0;
   double f = 0;
-  std::string s;                              // Str; Global "module.name"
-  std::vector<std::shared_ptr<Value>> items;  // Tuple / List; Dict as key, value pairs
-  PickledTensor tensor;                       // Storage (key, dtype, numel) / Tensor
+  std::string s;                    // Str; Global "module.name"
+  std::vector<Value*> items;        // Tuple / List; Dict as key, value pairs
+  PickledTensor* tensor = nullptr;  // Storage (key, dtype, numel) / Tensor
 };
-using V = std::shared_ptr<Value>;
-
-V make(Value::Kind k) {
-  auto v = std::make_shared<Value>();
-  v->kind = k;
-  return v;
-}
+using V = Value*;
 
 DType storage_dtype(const std::string& cls) {
   static const std::unordered_map<std::string, DType> m{
@@ -113,7 +112,7 @@ class Machine {
           const uint8_t* p = take(8);
           uint64_t bits = 0;
           for (int k = 0; k < 8; ++k) bits = (bits << 8) | p[k];
-          auto v = make(Value::Kind::Float);
+          V v = make(Value::Kind::Float);
           std::memcpy(&v->f, &bits, 8);
           push(v);
           break;
@@ -169,25 +168,23 @@ class Machine {
         }
         case 'a': {  // APPEND
           V v = pop();
-          list_of(top())->items.push_back(v);
+          add_items(list_of(top()), {v});
           break;
         }
         case 'e': {  // APPENDS
           auto vs = pop_mark();
-          auto l = list_of(top());
-          l->items.insert(l->items.end(), vs.begin(), vs.end());
+          add_items(list_of(top()), vs);
           break;
         }
         case 's': {  // SETITEM
           V v = pop(), k = pop();
-          dict_of(top())->items.insert(dict_of(top())->items.end(), {k, v});
+          add_items(dict_of(top()), {k, v});
           break;
         }
         case 'u': {  // SETITEMS
           auto kv = pop_mark();
           if (kv.size() % 2) fail("odd SETITEMS");
-          auto dct = dict_of(top());
-          dct->items.insert(dct->items.end(), kv.begin(), kv.end());
+          add_items(dict_of(top()), kv);
           break;
         }
         case 'Q': {  // BINPERSID
@@ -212,6 +209,27 @@ class Machine {
  private:
   static constexpr size_t kMaxSteps = 50'000'000;
   static constexpr size_t kMaxStack = 1'000'000;
+
+  V make(Value::Kind k) {
+    V v = &values_.emplace_back();
+    v->kind = k;
+    return v;
+  }
+  PickledTensor* new_tensor(const PickledTensor& t) { return &tensors_.emplace_back(t); }
+
+  // Depth is tracked as values are built, so no walk over them ever recurses.
+  void nest(V container, const std::vector<V>& items) {
+    size_t d = container->depth;
+    for (V x : items) d = std::max(d, x->depth + 1);
+    if (d > kMaxPickleDepth)
+      fail("pickled values nest " + std::to_string(d) + " levels deep, more than the " +
+           std::to_string(kMaxPickleDepth) + " allowed");
+    container->depth = d;
+  }
+  void add_items(V container, const std::vector<V>& items) {
+    nest(container, items);
+    container->items.insert(container->items.end(), items.begin(), items.end());
+  }
 
   [[noreturn]] void fail(const std::string& why) const {
     throw Error(what_ + ": " + why + " (at byte " + std::to_string(p_) + ")");
@@ -267,17 +285,17 @@ class Machine {
     return {r.rbegin(), r.rend()};
   }
   void push_bool(bool b) {
-    auto v = make(Value::Kind::Bool);
+    V v = make(Value::Kind::Bool);
     v->i = b;
     push(v);
   }
   void push_int(int64_t i) {
-    auto v = make(Value::Kind::Int);
+    V v = make(Value::Kind::Int);
     v->i = i;
     push(v);
   }
   void push_str(size_t len) {
-    auto v = make(Value::Kind::Str);
+    V v = make(Value::Kind::Str);
     const uint8_t* p = take(len);
     v->s.assign(reinterpret_cast<const char*>(p), len);
     push(v);
@@ -296,50 +314,52 @@ class Machine {
     if (!allowed_global(g))
       fail("refusing to load global '" + mod + " " + name +
            "': only torch tensor records are allowed (nothing from a pickle is executed)");
-    auto v = make(Value::Kind::Global);
+    V v = make(Value::Kind::Global);
     v->s = g;
     push(v);
   }
-  static V tuple(std::vector<V> items) {
-    auto v = make(Value::Kind::Tuple);
-    v->items = std::move(items);
+  V tuple(std::vector<V> items) {
+    V v = make(Value::Kind::Tuple);
+    add_items(v, items);
     return v;
   }
-  V list_of(const V& v) {
+  V list_of(V v) {
     if (v->kind != Value::Kind::List) fail("APPEND to a non-list");
     return v;
   }
-  V dict_of(const V& v) {
+  V dict_of(V v) {
     if (v->kind != Value::Kind::Dict) fail("SETITEM on a non-dict");
     return v;
   }
-  int64_t as_int(const V& v, const char* what) {
+  int64_t as_int(V v, const char* what) {
     if (v->kind != Value::Kind::Int) fail(std::string(what) + " is not an integer");
     return v->i;
   }
-  std::vector<int64_t> int_tuple(const V& v, const char* what) {
+  std::vector<int64_t> int_tuple(V v, const char* what) {
     if (v->kind != Value::Kind::Tuple) fail(std::string(what) + " is not a tuple");
     std::vector<int64_t> r;
     for (auto& x : v->items) r.push_back(as_int(x, what));
     return r;
   }
 
-  V storage(const V& pid) {
+  V storage(V pid) {
     // ('storage', torch.<T>Storage, key, location, numel)
     if (pid->kind != Value::Kind::Tuple || pid->items.size() != 5 ||
         pid->items[0]->kind != Value::Kind::Str || pid->items[0]->s != "storage" ||
         pid->items[1]->kind != Value::Kind::Global || pid->items[2]->kind != Value::Kind::Str)
       fail("unsupported persistent id (expected a torch storage record)");
-    auto v = make(Value::Kind::Storage);
-    v->tensor.dtype = storage_dtype(pid->items[1]->s);
-    v->tensor.storage_key = pid->items[2]->s;
+    PickledTensor t;
+    t.dtype = storage_dtype(pid->items[1]->s);
+    t.storage_key = pid->items[2]->s;
     int64_t numel = as_int(pid->items[4], "storage size");
     if (numel < 0) fail("negative storage size");
-    v->tensor.storage_numel = static_cast<uint64_t>(numel);
+    t.storage_numel = static_cast<uint64_t>(numel);
+    V v = make(Value::Kind::Storage);
+    v->tensor = new_tensor(t);
     return v;
   }
 
-  V reduce(const V& fn, const V& args) {
+  V reduce(V fn, V args) {
     if (fn->kind != Value::Kind::Global || args->kind != Value::Kind::Tuple)
       fail("REDUCE of something other than an allowed torch record");
     const auto& a = args->items;
@@ -351,13 +371,13 @@ class Machine {
       // (storage, storage_offset, size, stride, requires_grad, backward_hooks[, metadata])
       if (a.size() < 6 || a[0]->kind != Value::Kind::Storage)
         fail("malformed _rebuild_tensor_v2 record");
-      auto t = make(Value::Kind::Tensor);
-      t->tensor = a[0]->tensor;
-      t->tensor.storage_offset = as_int(a[1], "storage offset");
-      t->tensor.sizes = int_tuple(a[2], "tensor size");
-      t->tensor.strides = int_tuple(a[3], "tensor stride");
-      if (t->tensor.sizes.size() != t->tensor.strides.size())
-        fail("sizes and strides differ in rank");
+      PickledTensor pt = *a[0]->tensor;
+      pt.storage_offset = as_int(a[1], "storage offset");
+      pt.sizes = int_tuple(a[2], "tensor size");
+      pt.strides = int_tuple(a[3], "tensor stride");
+      if (pt.sizes.size() != pt.strides.size()) fail("sizes and strides differ in rank");
+      V t = make(Value::Kind::Tensor);
+      t->tensor = new_tensor(pt);
       return t;
     }
     if (fn->s == "torch._utils._rebuild_parameter") {
@@ -373,6 +393,8 @@ class Machine {
   size_t p_ = 0;
   size_t steps_ = 0;
   const std::string& what_;
+  std::deque<Value> values_;  // the arena: every value, freed flat
+  std::deque<PickledTensor> tensors_;
   std::vector<V> stack_;
   std::vector<V> memo_;
 };
@@ -381,16 +403,17 @@ class Machine {
 
 std::vector<PickledTensor> read_tensor_dict_pickle(const uint8_t* data, size_t size,
                                                    const std::string& what) {
-  V root = Machine(data, size, what).run();
+  Machine m(data, size, what);  // owns every value until the tensors are copied out
+  V root = m.run();
   if (root->kind != Value::Kind::Dict) throw Error(what + ": the pickle is not a dict of tensors");
   std::vector<PickledTensor> out;
   for (size_t k = 0; k + 1 < root->items.size(); k += 2) {
-    const V& key = root->items[k];
-    const V& val = root->items[k + 1];
+    V key = root->items[k];
+    V val = root->items[k + 1];
     if (key->kind != Value::Kind::Str) throw Error(what + ": a key is not a string");
     if (val->kind != Value::Kind::Tensor)
       throw Error(what + ": entry '" + key->s + "' is not a plain tensor");
-    PickledTensor t = val->tensor;
+    PickledTensor t = *val->tensor;
     t.name = key->s;
     if (t.dtype == DType::Undefined)
       throw Error(what + ": entry '" + key->s + "' has an unknown storage type");

@@ -7,6 +7,7 @@
 // refused with a message naming it. Nothing is ever executed: "calling" an
 // allowed global only builds a record.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +25,10 @@ struct PickledTensor {
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
 };
+
+// Deepest nesting of pickled containers accepted. A state dict nests a few
+// levels (dict -> tensor record -> size tuple); anything deeper is hostile.
+inline constexpr size_t kMaxPickleDepth = 1000;
 
 // Parses a torch.save data.pkl holding a dict name -> tensor. `what` names the
 // file in error messages.

@@ -298,7 +298,10 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
                        : out_index < opt.output_names.size() ? opt.output_names[out_index]
                                                              : a.name;
     if (!user && b.is_used(name)) name = b.fresh_name(name);
-    ValueType t = top.meta_type(prog.graph.tensor_values.at(a.name));
+    auto meta = prog.graph.tensor_values.find(a.name);
+    if (meta == prog.graph.tensor_values.end())
+      throw Error("output '" + a.name + "' has no tensor metadata (graph.tensor_values)");
+    ValueType t = top.meta_type(meta->second);
     auto dn = user ? opt.output_dim_names.find(static_cast<int64_t>(out_index))
                    : opt.output_dim_names.end();
     if (dn != opt.output_dim_names.end() && t.shape)

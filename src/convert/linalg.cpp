@@ -574,7 +574,8 @@ void lu_factor_ex(Ctx& c) {
   std::string info;
   if (c.n_outputs() > 2) {
     int64_t k = std::min(m, n);
-    std::string diag_m = mask(c, {m, n}, [n](int64_t q) { return q / n == q % n; });
+    // An init-capture: clang 14 (the fuzz build) cannot capture a structured binding.
+    std::string diag_m = mask(c, {m, n}, [cols = n](int64_t q) { return q / cols == q % cols; });
     std::string d =
         c.reduce("ReduceSum", c.b.op("Where", {diag_m, f.lu, zero(c, c.dtype(a))}), {-1}, false);
     d = slice(c, d, -1, 0, k);

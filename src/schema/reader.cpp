@@ -2,6 +2,8 @@
 // its error codes let every failure name the JSON path that caused it.
 #include <simdjson.h>
 
+#include <limits>
+
 #include "pt2onnx/error.h"
 #include "schema/program.h"
 
@@ -51,10 +53,18 @@ class Reader {
     int64_t v;
     if (e.get_int64().get(v)) {
       uint64_t u;
-      if (!e.get_uint64().get(u)) fail(path, "integer out of range");
-      fail(path, "expected an integer, found " + type_name(e));
+      if (!e.get_uint64().get(u))
+        fail(path, "integer " + std::to_string(u) + " does not fit in a 64-bit signed integer");
+      fail(path, "expected an integer, found " + value_text(e));
     }
     return v;
+  }
+  // Fields that are C ints (versions, argument kinds) must not wrap.
+  int int32(element e, const std::string& path) const {
+    int64_t v = integer(e, path);
+    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+      fail(path, "integer " + std::to_string(v) + " out of range");
+    return static_cast<int>(v);
   }
   double number(element e, const std::string& path) const {
     std::string_view s;
@@ -72,6 +82,17 @@ class Reader {
     bool b;
     if (e.get_bool().get(b)) fail(path, "expected a boolean, found " + type_name(e));
     return b;
+  }
+  // A number's own value in messages; other kinds by name.
+  static std::string value_text(element e) {
+    switch (e.type()) {
+      case simdjson::dom::element_type::INT64:
+      case simdjson::dom::element_type::UINT64:
+      case simdjson::dom::element_type::DOUBLE:
+        return "the number " + simdjson::minify(e);
+      default:
+        return type_name(e);
+    }
   }
   static std::string type_name(element e) {
     switch (e.type()) {
@@ -129,8 +150,12 @@ class Reader {
     if (m.dtype == DType::Undefined)
       fail(path + ".dtype", "unsupported scalar type " + std::to_string(m.scalar_type));
     size_t i = 0;
-    for (element d : arr(req(o, "sizes", path), path + ".sizes"))
-      m.sizes.push_back(sym_size(d, path + ".sizes[" + std::to_string(i++) + "]"));
+    for (element d : arr(req(o, "sizes", path), path + ".sizes")) {
+      std::string dp = path + ".sizes[" + std::to_string(i++) + "]";
+      const SymSize& sz = m.sizes.emplace_back(sym_size(d, dp));
+      int64_t known = sz.value ? *sz.value : sz.expr->is_integer() ? sz.expr->value : 0;
+      if (known < 0) fail(dp, "negative size " + std::to_string(known));
+    }
     if (auto st = field(o, "strides")) {
       i = 0;
       for (element d : arr(*st, path + ".strides"))
@@ -264,7 +289,7 @@ class Reader {
       NamedArgument na;
       na.name = str(req(io, "name", p), p + ".name");
       na.arg = argument(req(io, "arg", p), p + ".arg");
-      if (auto kd = field(io, "kind")) na.kind = static_cast<int>(integer(*kd, p + ".kind"));
+      if (auto kd = field(io, "kind")) na.kind = int32(*kd, p + ".kind");
       n.inputs.push_back(std::move(na));
     }
     i = 0;
@@ -389,8 +414,8 @@ class Reader {
     object o = obj(root, "$");
     Program p;
     object sv = obj(req(o, "schema_version", "$"), "$.schema_version");
-    p.schema_major = static_cast<int>(integer(req(sv, "major", "$.schema_version"), "major"));
-    if (auto mi = field(sv, "minor")) p.schema_minor = static_cast<int>(integer(*mi, "minor"));
+    p.schema_major = int32(req(sv, "major", "$.schema_version"), "$.schema_version.major");
+    if (auto mi = field(sv, "minor")) p.schema_minor = int32(*mi, "$.schema_version.minor");
     if (p.schema_major != kSchemaMajor)
       fail("$.schema_version.major",
            "unsupported schema major version " + std::to_string(p.schema_major) +
@@ -421,6 +446,52 @@ class Reader {
   static constexpr int kMaxGraphDepth = 64;
   mutable int depth_ = 0;
 };
+
+// simdjson reports a bad number (too large for 64 bits, "1e400", "-") without
+// its place; find the first number token it rejects and name it and its byte.
+std::string locate_bad_number(std::string_view json) {
+  simdjson::dom::parser one;
+  bool in_string = false;
+  for (size_t i = 0; i < json.size(); ++i) {
+    char c = json[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    if (c != '-' && (c < '0' || c > '9')) continue;
+    size_t end = json.find_first_not_of("+-.0123456789eE", i);
+    if (end == std::string_view::npos) end = json.size();
+    std::string_view tok = json.substr(i, end - i);
+    simdjson::dom::element ignored;
+    if (one.parse(simdjson::padded_string(tok)).get(ignored)) {
+      size_t from = i > 60 ? i - 60 : 0;
+      return ": " + std::string(tok.substr(0, 64)) + " at byte " + std::to_string(i) + " (after '" +
+             std::string(json.substr(from, i - from)) + "')";
+    }
+    i = end - 1;
+  }
+  return {};
+}
+
+simdjson::dom::element parse_json(simdjson::dom::parser& parser, std::string_view json,
+                                  const std::string& source) {
+  simdjson::dom::element root;
+  auto err = parser.parse(json.data(), json.size()).get(root);
+  if (err) {
+    std::string where;
+    if (err == simdjson::NUMBER_ERROR || err == simdjson::NUMBER_OUT_OF_RANGE)
+      where = locate_bad_number(json);
+    throw Error(source + ": malformed JSON: " + std::string(simdjson::error_message(err)) + where);
+  }
+  return root;
+}
 
 }  // namespace
 
@@ -471,9 +542,7 @@ std::string Node::source_line() const {
 std::vector<std::pair<std::string, PayloadEntry>> parse_payload_config(std::string_view json,
                                                                        const std::string& source) {
   simdjson::dom::parser parser;
-  simdjson::dom::element root;
-  auto err = parser.parse(json.data(), json.size()).get(root);
-  if (err) throw Error(source + ": malformed JSON: " + std::string(simdjson::error_message(err)));
+  simdjson::dom::element root = parse_json(parser, json, source);
   Reader r(source);
   std::vector<std::pair<std::string, PayloadEntry>> out;
   simdjson::dom::object top = r.obj(root, "$");
@@ -492,9 +561,7 @@ std::vector<std::pair<std::string, PayloadEntry>> parse_payload_config(std::stri
 
 Program parse_program(std::string_view json, const std::string& source) {
   simdjson::dom::parser parser;
-  simdjson::dom::element root;
-  auto err = parser.parse(json.data(), json.size()).get(root);
-  if (err) throw Error(source + ": malformed JSON: " + std::string(simdjson::error_message(err)));
+  simdjson::dom::element root = parse_json(parser, json, source);
   return Reader(source).program(root);
 }
 

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <system_error>
 
 #include "pt2onnx/error.h"
 
@@ -54,12 +55,13 @@ class Parser {
     if (pos_ >= s_.size()) fail("unterminated string");
     return std::string(s_.substr(b, pos_++ - b));
   }
+  // The whole argument text, checked by the caller: "Integer(1-)" is then
+  // reported as the bad number it is.
   std::string number() {
     skip_ws();
     size_t b = pos_;
-    if (pos_ < s_.size() && (s_[pos_] == '-' || s_[pos_] == '+')) ++pos_;
-    while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) ||
-                                s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
+    while (pos_ < s_.size() && s_[pos_] != ')' && s_[pos_] != ',' && s_[pos_] != '(' &&
+           !std::isspace(static_cast<unsigned char>(s_[pos_])))
       ++pos_;
     if (b == pos_) fail("expected a number");
     return std::string(s_.substr(b, pos_ - b));
@@ -75,10 +77,12 @@ class Parser {
       skip_kwargs();
     } else if (e->head == "Integer") {
       e->text = number();
+      e->value = integer_value(e->text);
       if (!eat(')')) fail("expected ')'");
     } else if (e->head == "Float") {
       skip_ws();
       e->text = (pos_ < s_.size() && (s_[pos_] == '\'' || s_[pos_] == '"')) ? quoted() : number();
+      check_float(e->text);
       skip_kwargs();
     } else {
       skip_ws();
@@ -104,6 +108,37 @@ class Parser {
     --depth_;
     return e;
   }
+  // Number text without its one optional sign; and the text from_chars reads
+  // (it takes '-' but not '+').
+  static std::string_view unsigned_part(std::string_view t) {
+    return t.starts_with('+') || t.starts_with('-') ? t.substr(1) : t;
+  }
+  static std::string_view chars_part(std::string_view t) {
+    return t.starts_with('+') ? t.substr(1) : t;
+  }
+  // The whole text must be one int64: from_chars alone stops at the first
+  // other character and would read "1.5e3" as 1.
+  int64_t integer_value(const std::string& t) {
+    std::string_view digits = unsigned_part(t), num = chars_part(t);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos)
+      fail("Integer(" + t + ") is not an integer");
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+    if (ec != std::errc() || end != num.data() + num.size())
+      fail("Integer(" + t + ") does not fit in a 64-bit integer");
+    return v;
+  }
+  // Floats are only rendered, but garbage must not pass for one either.
+  void check_float(const std::string& t) {
+    std::string_view body = unsigned_part(t), num = chars_part(t);
+    double v = 0;
+    auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+    if (ec == std::errc::result_out_of_range) fail("Float(" + t + ") is out of the double range");
+    if (body.empty() || body[0] == '+' || body[0] == '-' || ec != std::errc() ||
+        end != num.data() + num.size())
+      fail("Float(" + t + ") is not a number");
+  }
+
   void skip_value() {
     skip_ws();
     if (pos_ < s_.size() && (s_[pos_] == '\'' || s_[pos_] == '"'))
@@ -178,39 +213,48 @@ std::optional<int64_t> SymExpr::eval(const std::map<std::string, int64_t>& env) 
     if (it == env.end()) return std::nullopt;
     return it->second;
   }
-  if (head == "Integer") {
-    int64_t v = 0;
-    auto r = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (r.ec != std::errc()) return std::nullopt;
-    return v;
-  }
+  if (head == "Integer") return value;
   std::vector<int64_t> v;
   for (auto& a : args) {
     auto x = a->eval(env);
     if (!x) return std::nullopt;
     v.push_back(*x);
   }
+  // Hostile expressions must not overflow int64 (undefined behaviour): give up instead.
   auto floordiv = [](int64_t a, int64_t b) -> std::optional<int64_t> {
-    if (b == 0) return std::nullopt;
+    if (b == 0 || (a == INT64_MIN && b == -1)) return std::nullopt;
     int64_t q = a / b;
     if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
     return q;
   };
   if (head == "Add") {
     int64_t s = 0;
-    for (auto x : v) s += x;
+    for (auto x : v)
+      if (__builtin_add_overflow(s, x, &s)) return std::nullopt;
     return s;
   }
   if (head == "Mul") {
     int64_t s = 1;
-    for (auto x : v) s *= x;
+    for (auto x : v)
+      if (__builtin_mul_overflow(s, x, &s)) return std::nullopt;
     return s;
   }
   if (head == "FloorDiv" && v.size() == 2) return floordiv(v[0], v[1]);
-  if (head == "Mod" && v.size() == 2 && v[1] != 0) return v[0] - *floordiv(v[0], v[1]) * v[1];
+  if (head == "Mod" && v.size() == 2) {
+    auto q = floordiv(v[0], v[1]);
+    int64_t qb = 0, r = 0;
+    if (!q || __builtin_mul_overflow(*q, v[1], &qb) || __builtin_sub_overflow(v[0], qb, &r))
+      return std::nullopt;
+    return r;
+  }
   if (head == "Pow" && v.size() == 2 && v[1] >= 0) {
-    int64_t r = 1;
-    for (int64_t i = 0; i < v[1]; ++i) r *= v[0];
+    // Square-and-multiply: at most 64 steps, whatever the exponent.
+    int64_t r = 1, base = v[0], e = v[1];
+    while (e > 0) {
+      if ((e & 1) && __builtin_mul_overflow(r, base, &r)) return std::nullopt;
+      e >>= 1;
+      if (e > 0 && __builtin_mul_overflow(base, base, &base)) return std::nullopt;
+    }
     return r;
   }
   if ((head == "Max" || head == "Min") && !v.empty()) {

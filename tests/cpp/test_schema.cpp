@@ -173,3 +173,81 @@ TEST(Schema, RefusesSubgraphsNestedTooDeeply) {
     EXPECT_NE(std::string(e.what()).find("nested too deeply"), std::string::npos) << e.what();
   }
 }
+
+TEST(SymExpr, ReadsIntegersWhole) {
+  EXPECT_EQ(parse_sym_expr("Integer(-9223372036854775808)")->eval({}), INT64_MIN);
+  EXPECT_EQ(parse_sym_expr("Integer(+7)")->eval({}), 7);
+  auto message = [](const std::string& s) -> std::string {
+    try {
+      parse_sym_expr(s);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  for (const char* bad : {"Integer(-)", "Integer(+)", "Integer(1.5e3)", "Integer(1.5)",
+                          "Integer(1e3)", "Integer(+-1)", "Integer(--1)", "Integer(1-)"}) {
+    std::string m = message(bad);
+    EXPECT_NE(m.find(std::string(bad) + " is not an integer"), std::string::npos) << m;
+  }
+  for (const char* big : {"Integer(99999999999999999999)", "Integer(9223372036854775808)",
+                          "Integer(-9223372036854775809)"}) {
+    std::string m = message(big);
+    EXPECT_NE(m.find(std::string(big) + " does not fit in a 64-bit integer"), std::string::npos)
+        << m;
+  }
+  EXPECT_EQ(message("Float('1.5e3', precision=53)"), "accepted");
+  EXPECT_EQ(message("Float('-inf', precision=53)"), "accepted");
+  EXPECT_NE(message("Float('1.5x', precision=53)").find("Float(1.5x) is not a number"),
+            std::string::npos);
+  EXPECT_NE(message("Float('', precision=53)").find("is not a number"), std::string::npos);
+  EXPECT_NE(message("Float('1e999', precision=53)").find("out of the double range"),
+            std::string::npos);
+}
+
+TEST(SymExpr, EvalGivesUpOnOverflow) {
+  auto e = [](const std::string& s) { return parse_sym_expr(s)->eval({}); };
+  EXPECT_FALSE(e("Add(Integer(9223372036854775807), Integer(1))"));
+  EXPECT_FALSE(e("Mul(Integer(4294967296), Integer(4294967296))"));
+  EXPECT_FALSE(e("FloorDiv(Integer(-9223372036854775808), Integer(-1))"));
+  EXPECT_FALSE(e("Mod(Integer(-9223372036854775808), Integer(-1))"));
+  EXPECT_FALSE(e("Pow(Integer(2), Integer(63))"));
+  EXPECT_EQ(e("Pow(Integer(2), Integer(62))"), int64_t{1} << 62);
+  EXPECT_EQ(e("Pow(Integer(-1), Integer(9223372036854775807))"), -1);  // no 2^63 loop
+  EXPECT_EQ(e("Mod(Integer(-7), Integer(3))"), 2);
+}
+
+TEST(SchemaReader, NumbersAreCheckedAndNamed) {
+  auto message = [](std::string j) -> std::string {
+    try {
+      parse_program(j, "m.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  std::string j = program_json();
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string r = j;
+    size_t at = r.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return r.replace(at, from.size(), to);
+  };
+  const std::string p_w = R"("p_w": {"dtype": 7, "sizes": [{"as_int": 4}])";
+  std::string m =
+      message(with(p_w, R"("p_w": {"dtype": 7, "sizes": [{"as_int": 99999999999999999999}])"));
+  EXPECT_NE(m.find("Problem while parsing a number: 99999999999999999999 at byte"),
+            std::string::npos)
+      << m;
+  m = message(with(p_w, R"("p_w": {"dtype": 7, "sizes": [{"as_int": 4.5}])"));
+  EXPECT_NE(m.find("tensor_values.p_w.sizes[0].as_int: expected an integer, found the number 4.5"),
+            std::string::npos)
+      << m;
+  m = message(with(p_w, R"("p_w": {"dtype": 7, "sizes": [{"as_int": -4}])"));
+  EXPECT_NE(m.find("tensor_values.p_w.sizes[0]: negative size -4"), std::string::npos) << m;
+  m = message(with(R"("kind": 1},)", R"("kind": 4294967297},)"));
+  EXPECT_NE(m.find(".kind: integer 4294967297 out of range"), std::string::npos) << m;
+  m = message(with(R"("minor": 3)", R"("minor": -)"));
+  EXPECT_NE(m.find("malformed JSON: Problem while parsing a number: - at byte"), std::string::npos)
+      << m;
+}

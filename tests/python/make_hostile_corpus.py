@@ -77,6 +77,18 @@ def evil_pickle_zip() -> bytes:
     return buf.getvalue()
 
 
+def deep_tuple_pickle_zip(depth: int) -> bytes:
+    """A torch.save zip whose data.pkl nests `depth` 1-tuples: None, then TUPLE1
+    (one byte each) `depth` times. Built by hand: short, and pickle.dumps would
+    hit Python's own recursion limit."""
+    pkl = b"\x80\x02N" + b"\x85" * depth + b"."
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pkl)
+        z.writestr("archive/byteorder", "little")
+    return buf.getvalue()
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     good = valid_archive()
@@ -139,6 +151,58 @@ def main():
 
     cases["weight_missing_from_config.pt2"] = (
         rezip(edit_json(items, wcfg, missing_weight)), "weight 'fc.bias'")
+
+    cases["deep_pickle.pt2"] = (
+        rezip([(n, p) for n, p in items if not n.startswith(root + "data/weights/")]
+              + [(root + "data/weights/model.pt", deep_tuple_pickle_zip(200_000))]),
+        "pickled values nest 1001 levels deep")
+
+    # Numbers in the JSON and in sympy expressions: each must be read whole.
+    def x_size0(value):
+        def edit(ep):
+            ep["graph_module"]["graph"]["tensor_values"]["x"]["sizes"][0] = value
+            return ep
+        return edit
+
+    def sym(expr):
+        return x_size0({"as_expr": {"expr_str": expr, "hint": {"as_int": 2}}})
+
+    for name, expr, msg in [
+        ("sym_integer_overflow.pt2", "Integer(99999999999999999999)",
+         "Integer(99999999999999999999) does not fit in a 64-bit integer"),
+        ("sym_integer_sign_only.pt2", "Integer(-)", "Integer(-) is not an integer"),
+        ("sym_integer_float.pt2", "Integer(1.5e3)", "Integer(1.5e3) is not an integer"),
+        ("sym_integer_negative.pt2", "Integer(-5)", "x.sizes[0]: negative size -5"),
+        ("sym_float_garbage.pt2", "Mul(Float('1.5x', precision=53), Symbol('s0', integer=True))",
+         "Float(1.5x) is not a number"),
+    ]:
+        cases[name] = (rezip(edit_json(items, model, sym(expr))), msg)
+    cases["json_negative_size.pt2"] = (
+        rezip(edit_json(items, model, x_size0({"as_int": -3}))), "x.sizes[0]: negative size -3")
+    cases["json_float_size.pt2"] = (
+        rezip(edit_json(items, model, x_size0({"as_int": 1.5e3}))),
+        "x.sizes[0].as_int: expected an integer, found the number 1500.0")
+    cases["json_uint64_size.pt2"] = (
+        rezip(edit_json(items, model, x_size0({"as_int": (1 << 64) - 1}))),
+        "integer 18446744073709551615 does not fit in a 64-bit signed integer")
+    # Beyond 64 bits simdjson rejects the whole document; the message names the number.
+    cases["json_integer_overflow.pt2"] = (
+        rezip(edit_json(items, model, x_size0({"as_int": 99999999999999999999}))),
+        "malformed JSON: Problem while parsing a number: 99999999999999999999 at byte")
+
+    def major_wraps(ep):
+        ep["schema_version"]["major"] = (1 << 32) + 8  # a 32-bit cast would read 8
+        return ep
+
+    cases["major_wraps.pt2"] = (
+        rezip(edit_json(items, model, major_wraps)), "major: integer 4294967304 out of range")
+
+    def drop_output_meta(ep):
+        del ep["graph_module"]["graph"]["tensor_values"]["relu"]
+        return ep
+
+    cases["output_without_metadata.pt2"] = (
+        rezip(edit_json(items, model, drop_output_meta)), "output 'relu' has no tensor metadata")
 
     for name, (data, _) in cases.items():
         with open(os.path.join(OUT, name), "wb") as f:
