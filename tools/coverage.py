@@ -106,8 +106,10 @@ def write(results, out_md, out_json):
              "Judge: PyTorch's OpInfo samples (first "
              f"{h.MAX_SAMPLES} per op), captured with `torch.export.export`, exported, run in "
              "onnxruntime and compared with eager PyTorch (float32 atol/rtol 1e-4, float16/bfloat16 "
-             "1e-2 against float32 eager, ints and bools exact; random and uninitialized outputs: "
-             "shape and dtype only). Samples torch.export cannot capture are not counted. "
+             "1e-2 against float32 eager, ints and bools exact; uninitialized outputs, and outputs "
+             "of graphs that draw random numbers and change with torch's seed: shape and dtype "
+             "only; where onnxruntime has no kernel for an opset-22+ random op, onnx.reference "
+             "runs the model). Samples torch.export cannot capture are not counted. "
              "torch.onnx is `torch.onnx.export(ep, dynamo=True)` on the same samples in the same "
              "run. The source of truth for targets is `pt2onnx.supported_targets(opset)`.\n")
     L.append("## Pass rates\n")
