@@ -268,6 +268,11 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
       }
     } catch (const Error& e) {
       throw Error(describe_node(n, b, env) + "\n  cause: " + e.what());
+    } catch (const std::exception& e) {
+      // A converter's bug on input it did not expect (a missing map entry on
+      // crafted metadata, ...): still an Error that names the node.
+      throw Error(describe_node(n, b, env) + "\n  cause: internal error (" + e.what() +
+                  "): please report it with this message");
     }
   }
   b.set_origin("", "", "");

@@ -1,5 +1,6 @@
 // The pipeline after capture: read -> convert -> optimize -> write, timed.
 #include <chrono>
+#include <exception>
 #include <filesystem>
 
 #include "convert/convert_graph.h"
@@ -50,12 +51,26 @@ Result convert_program_from(std::string_view program_json, const std::string& so
   r.opset = options.opset;
   r.ir_version = ir_version_for_opset(options.opset);
 
+  // Anything but an Error escaping a stage is a bug of ours on input it did
+  // not foresee: callers still get an Error naming the stage, never another
+  // exception type (nor, from the CLI, a crash).
+  auto stage = [](const char* name, auto&& fn) {
+    try {
+      return fn();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(std::string("internal error while ") + name + " (" + e.what() +
+                  "): please report it with this message");
+    }
+  };
   auto t0 = clock::now();
-  schema::Program prog = schema::parse_program(program_json, source);
+  schema::Program prog =
+      stage("reading the program", [&] { return schema::parse_program(program_json, source); });
   auto t1 = clock::now();
-  Graph g = convert_graph(prog, weights, options);
+  Graph g = stage("converting", [&] { return convert_graph(prog, weights, options); });
   auto t2 = clock::now();
-  if (options.optimize) run_default_passes(g);
+  if (options.optimize) stage("optimizing", [&] { return run_default_passes(g); });
   auto t3 = clock::now();
   WriteOptions wo;
   wo.opset = options.opset;
@@ -64,7 +79,7 @@ Result convert_program_from(std::string_view program_json, const std::string& so
   wo.external_data_threshold = options.external_data_threshold;
   wo.external_min_tensor_bytes = options.external_min_tensor_bytes;
   wo.progress = options.progress;
-  WriteResult w = write_model(g, output_path, wo);
+  WriteResult w = stage("writing", [&] { return write_model(g, output_path, wo); });
   auto t4 = clock::now();
 
   r.model_path = output_path;

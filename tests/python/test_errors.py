@@ -253,3 +253,25 @@ def test_core_checks_dim_names_too(tmp_onnx):
                                                       "has 1 outputs"):
         _core.convert(js, views, tmp_onnx, 18, True, "auto", [], [], {}, {3: {0: "b"}})
     assert not os.path.exists(tmp_onnx)
+
+
+def test_crafted_arguments_give_a_conversion_error_naming_the_node(tmp_onnx):
+    """A program edited by hand (roll with fewer shifts than dims, which torch
+    itself never records) reaches a converter with arguments it does not
+    expect: the caller gets a ConversionError naming the node, not another
+    exception type."""
+
+    class Roll(nn.Module):
+        def forward(self, x):
+            return torch.roll(x, shifts=(1, 2), dims=(0, 1))
+
+    ep = torch.export.export(Roll(), (torch.randn(3, 4),))
+    views, keep = _weight_views(ep)
+    prog = json.loads(_serialize(ep))
+    for node in prog["graph_module"]["graph"]["nodes"]:
+        for arg in node["inputs"]:
+            if arg["name"] == "shifts":
+                arg["arg"]["as_ints"] = [1]
+    with pytest.raises(pt2onnx.ConversionError, match=r"(?s)roll.*cause"):
+        convert(json.dumps(prog).encode(), views, tmp_onnx)
+    assert not os.path.exists(tmp_onnx)
