@@ -192,6 +192,13 @@ void OutputFiles::commit() {
   committed_ = true;
   ::fsync(dir_fd_);  // the commit itself is done; a failure here only weakens durability
   cleanup_locked(true);
+  // Unlock our files before the directory: once another export commits after
+  // this one, its cleanup must be able to remove our data (then unreferenced);
+  // a lock held until our destructor would leave it behind as an orphan.
+  ::close(model_fd_);
+  model_fd_ = -1;
+  if (data_fd_ >= 0) ::close(data_fd_);
+  data_fd_ = -1;
 }
 
 // Under the directory lock. Removes our temporaries of this path that no live
