@@ -66,11 +66,14 @@ def _to_torch_spec(d: Any) -> Any:
     return torch.export.Dim.DYNAMIC if isinstance(d, str) else d
 
 
-def _check_axis(axis: Any, rank: int, where: str) -> int:
+def _check_axis(axis: Any, rank: int | None, where: str) -> int:
     """`axis` as a non-negative int, either sign convention; a ValueError
-    naming `where` when it is out of range (it would give a static model)."""
+    naming `where` when it is out of range (it would give a static model).
+    rank None (not a tensor): the type is checked only."""
     if isinstance(axis, bool) or not isinstance(axis, int):
         raise TypeError(f"{where}: axis {axis!r} is not an int")
+    if rank is None:
+        return axis
     if not -rank <= axis < rank:
         valid = f"valid: {-rank}..{rank - 1}" if rank else "a scalar has no axes"
         raise ValueError(f"{where}: axis {axis} is out of range for rank {rank} ({valid})")
@@ -174,12 +177,9 @@ def _dynamic_shapes(model, args, kwargs, dynamic_shapes, dynamic_axes, input_nam
             raise TypeError(f"{where} must be a list of axes or a dict axis -> name, "
                             f"not {type(v).__name__}")
         out = {}
+        rank = value.dim() if isinstance(value, torch.Tensor) else None
         for a, n in pairs:
-            if isinstance(value, torch.Tensor):
-                a = _check_axis(a, value.dim(), where)
-            elif isinstance(a, bool) or not isinstance(a, int):
-                raise TypeError(f"{where}: axis {a!r} is not an int")
-            out[a] = n
+            out[_check_axis(a, rank, where)] = n
         return out
 
     user_in = list(input_names) if input_names else []
