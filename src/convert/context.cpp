@@ -388,6 +388,16 @@ std::pair<int64_t, int64_t> Ctx::static_matrix_dims(const std::string& a, const 
   return {s[s.size() - 2].value, s.back().value};
 }
 
+bool Ctx::emit_known_symint() {
+  auto it = prog.graph.sym_int_values.find(out_name(0));
+  if (it == prog.graph.sym_int_values.end()) return false;
+  std::optional<int64_t> v = it->second.value;
+  if (!v && it->second.expr && it->second.expr->is_integer()) v = it->second.expr->eval({});
+  if (!v) return false;
+  set_output(0, b.const_i64({*v}));
+  return true;
+}
+
 std::string Ctx::eye(int64_t rows, int64_t cols, DType t) {
   std::vector<double> v(static_cast<size_t>(rows * cols), 0);
   for (int64_t i = 0; i < std::min(rows, cols); ++i) v[static_cast<size_t>(i * cols + i)] = 1;

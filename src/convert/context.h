@@ -100,6 +100,9 @@ class Ctx {
   // The last two dims of `a` (rows, cols) for lowerings unrolled per
   // element or column (QR, Jacobi sweeps); fails naming `what` when dynamic.
   std::pair<int64_t, int64_t> static_matrix_dims(const std::string& a, const char* what);
+  // When torch knows the SymInt output's value statically (sym_int_values),
+  // emits it as a constant and returns true.
+  bool emit_known_symint();
   // A rows x cols identity constant (ones on the main diagonal) of type t.
   std::string eye(int64_t rows, int64_t cols, DType t);
   static int64_t norm_axis(int64_t axis, size_t rank) {

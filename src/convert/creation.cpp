@@ -352,17 +352,6 @@ void hash_tensor(Ctx& c) {
   c.set_output(0, c.b.op("Reshape", {v, c.b.const_i64(out)}, {}, c.out_type()));
 }
 
-// A SymInt output known to torch as a constant, emitted as one.
-bool constant_symint(Ctx& c) {
-  auto it = c.prog.graph.sym_int_values.find(c.out_name(0));
-  if (it == c.prog.graph.sym_int_values.end()) return false;
-  std::optional<int64_t> v = it->second.value;
-  if (!v && it->second.expr && it->second.expr->is_integer()) v = it->second.expr->eval({});
-  if (!v) return false;
-  c.set_output(0, c.b.const_i64({*v}));
-  return true;
-}
-
 // True when FX value `name` only feeds runtime assertions (directly or through
 // the symbolic arithmetic and comparisons that build them), or nothing.
 bool only_feeds_asserts(const schema::Program& prog, const std::string& name, int depth = 0) {
@@ -392,7 +381,7 @@ bool only_feeds_asserts(const schema::Program& prog, const std::string& name, in
 // tensors do not have: converted where torch knows them as constants, or
 // where the value only feeds runtime assertions (then any value will do).
 void storage_query(Ctx& c, const char* what) {
-  if (constant_symint(c)) return;
+  if (c.emit_known_symint()) return;
   if (only_feeds_asserts(c.prog, c.out_name(0))) {
     c.set_output(0, c.b.const_i64({0}));
     return;

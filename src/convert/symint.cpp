@@ -8,35 +8,24 @@ namespace pt2onnx {
 
 namespace {
 
-// When torch knows the value statically, emit the constant.
-bool constant_output(Ctx& c) {
-  auto it = c.prog.graph.sym_int_values.find(c.out_name(0));
-  if (it == c.prog.graph.sym_int_values.end()) return false;
-  std::optional<int64_t> v = it->second.value;
-  if (!v && it->second.expr && it->second.expr->is_integer()) v = it->second.expr->eval({});
-  if (!v) return false;
-  c.set_output(0, c.b.const_i64({*v}));
-  return true;
-}
-
 std::string symint_arg(Ctx& c, const char* name) {
   auto a = c.symints(name);
   return c.symint_value(a[0]);
 }
 
 void sym_size(Ctx& c) {
-  if (constant_output(c)) return;
+  if (c.emit_known_symint()) return;
   c.set_output(0, c.dim_value(c.tensor("self"), c.i("dim")));
 }
 
 void sym_numel(Ctx& c) {
-  if (constant_output(c)) return;
+  if (c.emit_known_symint()) return;
   std::string x = c.tensor("self");
   c.set_output(0, c.reduce("ReduceProd", c.b.op("Shape", {x}), {0}, true));
 }
 
 void binop(Ctx& c, const char* op) {
-  if (constant_output(c)) return;
+  if (c.emit_known_symint()) return;
   c.set_output(0, c.b.op(op, {symint_arg(c, "a"), symint_arg(c, "b")}));
 }
 void add(Ctx& c) { binop(c, "Add"); }
@@ -48,7 +37,7 @@ void mod(Ctx& c) { binop(c, "Mod"); }
 void sym_max(Ctx& c) { binop(c, "Max"); }
 void sym_min(Ctx& c) { binop(c, "Min"); }
 void neg(Ctx& c) {
-  if (constant_output(c)) return;
+  if (c.emit_known_symint()) return;
   c.set_output(0, c.b.op("Neg", {symint_arg(c, "a")}));
 }
 
