@@ -40,10 +40,10 @@ void chunk_cat(Ctx& c) {
       if (r - static_cast<size_t>(dim) - 1 > 0)
         pads.push_back(c.b.const_i64(std::vector<int64_t>(r - static_cast<size_t>(dim) - 1, 0)));
       std::string p = c.b.op("Concat", pads, {Attr::Int("axis", 0)});
-      ValueType pt = c.type(x);
-      Dim& pd = (*pt.shape)[static_cast<size_t>(dim)];
-      pd = d.is_static() ? Dim::of(d.value + c.b.const_ints(pad_amount)->at(0)) : Dim::unknown();
-      x = c.b.op("Pad", {x, p, c.b.scalar(t, 0)}, {}, pt);
+      Shape padded = c.type(x).shape.value();
+      padded[static_cast<size_t>(dim)] =
+          d.is_static() ? Dim::of(d.value + c.b.const_ints(pad_amount)->at(0)) : Dim::unknown();
+      x = c.b.op("Pad", {x, p, c.b.scalar(t, 0)}, {}, ValueType{t, std::move(padded)});
     }
     std::vector<int64_t> shape(static_cast<size_t>(dim), 0);  // 0: keep the leading dims
     shape.push_back(n);

@@ -306,7 +306,7 @@ void Ctx::set_output(size_t i, const std::string& produced) {
   if (meta && b.has_type(value) && dtype(value) != want)
     fail("internal: converter produced " + std::string(dtype_name(dtype(value))) + " for output '" +
          fx + "' where torch records " + std::string(dtype_name(meta->dtype)));
-  if (value != fx && !b.is_used(fx) && b.rename_output(value, fx, first_node)) {
+  if (value != fx && !env.nested && !b.is_used(fx) && b.rename_output(value, fx, first_node)) {
     env.values[fx] = fx;
     for (auto& [k, v] : env.cache)
       if (v == value) v = fx;

@@ -23,6 +23,8 @@ struct Env {
   // Metadata of values the converter itself adds to the FX graph (writing a
   // mutation back into its base tensor), looked up before the program's.
   std::unordered_map<std::string, schema::TensorMeta> extra_meta;
+  // Converting a higher-order op's graph argument (convert_nested).
+  bool nested = false;
 };
 
 class Ctx {

@@ -26,15 +26,23 @@ void check_supported(const schema::Program& prog, int opset) {
   };
   std::map<std::string, Missing> missing;
   const Registry& reg = registry();
-  for (auto& n : prog.graph.nodes) {
-    if (converts(n.target, opset)) continue;
-    Missing& m = missing[n.target];
-    if (m.count++ == 0) {
-      m.where = n.source_line();
-      std::string mp = n.module_path();
-      if (!mp.empty()) m.where = "module '" + mp + "'" + (m.where.empty() ? "" : ", " + m.where);
-      if (m.where.empty()) m.where = "node '" + n.name + "'";
-      m.needs_opset = reg.min_opset(n.target);
+  // The graphs of higher-order ops (cond branches, loop bodies) included.
+  std::vector<const schema::Graph*> graphs{&prog.graph};
+  while (!graphs.empty()) {
+    const schema::Graph* g = graphs.back();
+    graphs.pop_back();
+    for (auto& n : g->nodes) {
+      for (auto& in : n.inputs)
+        if (in.arg.kind == ArgKind::Graph && in.arg.graph) graphs.push_back(in.arg.graph.get());
+      if (converts(n.target, opset)) continue;
+      Missing& m = missing[n.target];
+      if (m.count++ == 0) {
+        m.where = n.source_line();
+        std::string mp = n.module_path();
+        if (!mp.empty()) m.where = "module '" + mp + "'" + (m.where.empty() ? "" : ", " + m.where);
+        if (m.where.empty()) m.where = "node '" + n.name + "'";
+        m.needs_opset = reg.min_opset(n.target);
+      }
     }
   }
   if (missing.empty()) return;
@@ -101,7 +109,78 @@ void check_weight(const std::string& fqn, const WeightView& w, const schema::Ten
   if (*need > 0 && !w.data) bad("no data");
 }
 
+// Every node of prog.graph through its converter, into the builder's current scope.
+void convert_nodes(GraphBuilder& b, const schema::Program& prog, Env& env) {
+  AliasTracker aliases(b, prog, env);
+  for (auto& n : prog.graph.nodes) {
+    if (is_ignored_target(n.target)) continue;
+    b.set_origin(n.name, n.target, n.module_path());
+    Ctx ctx(b, prog, n, env);
+    try {
+      find_converter(n.target, b.opset())(ctx);
+      if (functional_target(n.target).empty())
+        aliases.after_node(n);
+      else
+        aliases.after_inplace(n);
+      for (size_t i = 0; i < ctx.n_outputs(); ++i) {
+        const std::string& o = ctx.out_name(i);
+        if (!env.values.count(o) && o.find("_unused_") == std::string::npos &&
+            prog.graph.tensor_values.count(o))
+          throw Error("internal: converter did not produce output " + std::to_string(i));
+      }
+    } catch (const Error& e) {
+      throw Error(describe_node(n, b, env) + "\n  cause: " + e.what());
+    } catch (const std::exception& e) {
+      // A converter's bug on input it did not expect (a missing map entry on
+      // crafted metadata, ...): still an Error that names the node.
+      throw Error(describe_node(n, b, env) + "\n  cause: internal error (" + e.what() +
+                  "): please report it with this message");
+    }
+  }
+}
+
 }  // namespace
+
+std::vector<std::string> convert_nested(Ctx& outer, const schema::Graph& g,
+                                        const std::vector<std::string>& inputs) {
+  if (g.inputs.size() != inputs.size())
+    outer.fail("its graph argument takes " + std::to_string(g.inputs.size()) + " inputs but " +
+               std::to_string(inputs.size()) + " are given");
+  // The nested graph seen as a program of its own: its metadata, its names
+  // (which may repeat names of the enclosing graph: torch.export scopes them).
+  schema::Program sub;
+  sub.graph = g;
+  sub.range_constraints = outer.prog.range_constraints;
+  if (has_wrappers(sub)) inline_wrappers(sub);
+  Env env;
+  env.symbol_names = outer.env.symbol_names;
+  env.cache = outer.env.cache;  // values of enclosing scopes stay readable
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const schema::Argument& a = g.inputs[i];
+    if (a.kind == ArgKind::Tensor)
+      env.values[a.name] = inputs[i];
+    else if (a.kind == ArgKind::SymInt && !a.symints.empty() && !a.symints[0].name.empty())
+      env.values[a.symints[0].name] = inputs[i];
+    else
+      outer.fail("input " + std::to_string(i) + " of its graph argument is " + a.variant +
+                 "; only tensors and SymInts are supported there");
+  }
+  // FX names repeat across graphs, so values of nested graphs keep fresh
+  // names; FX names stay reserved for the values of the outermost graph.
+  env.nested = true;
+  convert_nodes(outer.b, sub, env);
+  outer.b.set_origin(outer.node.name, outer.node.target, outer.node.module_path());
+  std::vector<std::string> out;
+  for (auto& o : sub.graph.outputs) {
+    std::string fx = o.kind == ArgKind::SymInt && !o.symints.empty() ? o.symints[0].name : o.name;
+    auto it = env.values.find(fx);
+    if (fx.empty() || it == env.values.end())
+      outer.fail("an output of its graph argument is " + o.variant +
+                 ", which ONNX control flow cannot return");
+    out.push_back(it->second);
+  }
+  return out;
+}
 
 bool is_ignored_target(const std::string& target) {
   static const std::set<std::string> ignored{
@@ -249,32 +328,7 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
                 " names but the model has " + std::to_string(user_index) + " tensor inputs");
 
   // ---- nodes
-  AliasTracker aliases(b, prog, env);
-  for (auto& n : prog.graph.nodes) {
-    if (is_ignored_target(n.target)) continue;
-    b.set_origin(n.name, n.target, n.module_path());
-    Ctx ctx(b, prog, n, env);
-    try {
-      find_converter(n.target, opt.opset)(ctx);
-      if (functional_target(n.target).empty())
-        aliases.after_node(n);
-      else
-        aliases.after_inplace(n);
-      for (size_t i = 0; i < ctx.n_outputs(); ++i) {
-        const std::string& o = ctx.out_name(i);
-        if (!env.values.count(o) && o.find("_unused_") == std::string::npos &&
-            prog.graph.tensor_values.count(o))
-          throw Error("internal: converter did not produce output " + std::to_string(i));
-      }
-    } catch (const Error& e) {
-      throw Error(describe_node(n, b, env) + "\n  cause: " + e.what());
-    } catch (const std::exception& e) {
-      // A converter's bug on input it did not expect (a missing map entry on
-      // crafted metadata, ...): still an Error that names the node.
-      throw Error(describe_node(n, b, env) + "\n  cause: internal error (" + e.what() +
-                  "): please report it with this message");
-    }
-  }
+  convert_nodes(b, prog, env);
   b.set_origin("", "", "");
 
   // ---- outputs

@@ -9,6 +9,15 @@ namespace pt2onnx {
 
 Graph convert_graph(const schema::Program& prog, const Weights& weights, const Options& opt);
 
+class Ctx;
+// Converts the nodes of a higher-order op's graph argument (cond branch, loop
+// body) into the builder's current scope, its placeholders bound to the ONNX
+// values `inputs` (in order); returns the ONNX values of its outputs. The
+// caller opens and closes the scope (GraphBuilder::begin_subgraph) or, to
+// inline the graph, does not.
+std::vector<std::string> convert_nested(Ctx& outer, const schema::Graph& g,
+                                        const std::vector<std::string>& inputs);
+
 // Targets that convert to nothing (runtime asserts, metadata checks).
 bool is_ignored_target(const std::string& target);
 

@@ -52,6 +52,7 @@ const Registry& registry() {
     register_chebyshev(x);
     register_chunk_cat(x);
     register_complex(x);
+    register_control_flow(x);
     register_conv(x);
     register_creation(x);
     register_eigen(x);

@@ -45,6 +45,7 @@ void register_backward(Registry& r);
 void register_chebyshev(Registry& r);
 void register_chunk_cat(Registry& r);
 void register_complex(Registry& r);
+void register_control_flow(Registry& r);
 void register_conv(Registry& r);
 void register_creation(Registry& r);
 void register_eigen(Registry& r);

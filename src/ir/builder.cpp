@@ -77,9 +77,10 @@ void GraphBuilder::add_initializer(const std::string& n, TensorData data) {
   Shape s;
   for (auto d : data.dims) s.push_back(Dim::of(d));
   t.shape = std::move(s);
-  graph_.types[n] = std::move(t);
-  initializer_index_[n] = graph_.initializers.size();
-  graph_.initializers.push_back(Initializer{n, std::move(data)});
+  Graph& r = root();
+  r.types[n] = std::move(t);
+  initializer_index_[n] = r.initializers.size();
+  r.initializers.push_back(Initializer{n, std::move(data)});
 }
 
 std::string GraphBuilder::constant(TensorData data) {
@@ -115,7 +116,7 @@ std::string GraphBuilder::scalar(DType t, double v) {
 
 const TensorData* GraphBuilder::constant_value(const std::string& v) const {
   auto it = initializer_index_.find(v);
-  return it == initializer_index_.end() ? nullptr : &graph_.initializers[it->second].data;
+  return it == initializer_index_.end() ? nullptr : &root().initializers[it->second].data;
 }
 
 std::optional<std::vector<int64_t>> GraphBuilder::const_ints(const std::string& v) const {
@@ -142,10 +143,31 @@ void GraphBuilder::add_output(const std::string& name, ValueType t) {
   graph_.outputs.push_back(GraphIO{name, std::move(t)});
 }
 
+const ValueType* GraphBuilder::find_type(const std::string& v) const {
+  if (auto* t = graph_.type_of(v)) return t;
+  for (size_t i = outer_.size(); i-- > 0;)
+    if (auto* t = outer_[i].type_of(v)) return t;
+  return nullptr;
+}
+
 const ValueType& GraphBuilder::type(const std::string& v) const {
-  auto it = graph_.types.find(v);
-  if (it == graph_.types.end()) throw Error("internal: value '" + v + "' has no type");
-  return it->second;
+  const ValueType* t = find_type(v);
+  if (!t) throw Error("internal: value '" + v + "' has no type");
+  return *t;
+}
+
+void GraphBuilder::begin_subgraph(const std::string& name) {
+  outer_.push_back(std::move(graph_));
+  graph_ = Graph{};
+  graph_.name = fresh_name(name);
+}
+
+Graph GraphBuilder::end_subgraph() {
+  if (outer_.empty()) throw Error("internal: end_subgraph() without begin_subgraph()");
+  Graph sub = std::move(graph_);
+  graph_ = std::move(outer_.back());
+  outer_.pop_back();
+  return sub;
 }
 
 size_t GraphBuilder::rank(const std::string& v) const {
@@ -155,12 +177,10 @@ size_t GraphBuilder::rank(const std::string& v) const {
 }
 
 void GraphBuilder::rename_everywhere(const std::string& from, const std::string& to) {
-  for (auto& n : graph_.nodes) {
-    for (auto& in : n.inputs)
-      if (in == from) in = to;
+  replace_uses_deep(graph_, from, to);
+  for (auto& n : graph_.nodes)
     for (auto& o : n.outputs)
       if (o == from) o = to;
-  }
   ValueType t = std::move(graph_.types[from]);
   graph_.types.erase(from);
   graph_.types[to] = std::move(t);
@@ -175,8 +195,7 @@ bool GraphBuilder::rename_output(const std::string& from, const std::string& to,
       if (o != from) continue;
       // Uses of `from` can only be in later nodes of the same conversion.
       for (size_t j = i + 1; j < graph_.nodes.size(); ++j)
-        for (auto& in : graph_.nodes[j].inputs)
-          if (in == from) in = to;
+        replace_uses_in_node(graph_.nodes[j], from, to);
       o = to;
       ValueType t = std::move(graph_.types[from]);
       graph_.types.erase(from);

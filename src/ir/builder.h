@@ -53,17 +53,28 @@ class GraphBuilder {
   void add_input(const std::string& name, ValueType t);
   void add_output(const std::string& name, ValueType t);
 
+  // Nested graphs (If branches, Loop / Scan bodies). Between begin_subgraph()
+  // and end_subgraph() nodes, inputs and outputs go to the new graph; values
+  // of the enclosing scopes stay readable (type() looks through them) and
+  // initializers (weights, constants) always go to the outermost graph,
+  // which every scope can read. Names stay unique across all scopes.
+  void begin_subgraph(const std::string& name);
+  Graph end_subgraph();
+  size_t scope_depth() const { return outer_.size(); }
+
   const ValueType& type(const std::string& v) const;
-  bool has_type(const std::string& v) const { return graph_.types.count(v) > 0; }
+  bool has_type(const std::string& v) const { return find_type(v) != nullptr; }
   void set_type(const std::string& v, ValueType t) { graph_.types[v] = std::move(t); }
   size_t rank(const std::string& v) const;
 
-  // Renames value `from` to `to` in every node (not for inputs / initializers).
+  // Renames value `from` to `to` in every node of the current scope and the
+  // graphs nested in them (not for inputs / initializers).
   void rename_everywhere(const std::string& from, const std::string& to);
   bool is_initializer(const std::string& v) const { return initializer_index_.count(v) > 0; }
   // Renames the value `from` (an output of node index >= first_node) to `to`.
   bool rename_output(const std::string& from, const std::string& to, size_t first_node);
 
+  // The graph of the current scope.
   Graph& graph() { return graph_; }
   const Graph& graph() const { return graph_; }
   Graph take() { return std::move(graph_); }
@@ -71,9 +82,13 @@ class GraphBuilder {
  private:
   std::string node_name(const std::string& op);
   void add_initializer(const std::string& unique_name, TensorData data);
+  const ValueType* find_type(const std::string& v) const;
+  Graph& root() { return outer_.empty() ? graph_ : outer_.front(); }
+  const Graph& root() const { return outer_.empty() ? graph_ : outer_.front(); }
 
   int opset_;
   Graph graph_;
+  std::vector<Graph> outer_;  // enclosing scopes, outermost first
   std::unordered_set<std::string> used_, reserved_;
   std::unordered_map<std::string, size_t> initializer_index_;
   std::map<std::string, std::string> const_cache_;  // content key -> name

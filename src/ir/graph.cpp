@@ -1,6 +1,7 @@
 #include "ir/graph.h"
 
 #include <cstring>
+#include <unordered_set>
 
 namespace pt2onnx {
 
@@ -172,6 +173,14 @@ Attr Attr::Tensor(std::string n, TensorData v) {
   return a;
 }
 
+Attr Attr::Subgraph(std::string n, Graph v) {
+  Attr a;
+  a.name = std::move(n);
+  a.kind = Kind::Graph;
+  a.g = std::make_shared<Graph>(std::move(v));
+  return a;
+}
+
 bool Attr::operator==(const Attr& o) const {
   if (name != o.name || kind != o.kind) return false;
   switch (kind) {
@@ -187,6 +196,8 @@ bool Attr::operator==(const Attr& o) const {
       return ints == o.ints;
     case Kind::Strings:
       return strings == o.strings;
+    case Kind::Graph:
+      return g == o.g;  // the same graph object; graphs are never compared by content
     case Kind::Tensor:
       return t->dtype == o.t->dtype && t->dims == o.t->dims && t->nbytes() == o.t->nbytes() &&
              t->is_contiguous() && o.t->is_contiguous() &&
@@ -199,6 +210,73 @@ const Attr* Node::attr(std::string_view n) const {
   for (auto& a : attrs)
     if (a.name == n) return &a;
   return nullptr;
+}
+
+bool Node::has_subgraphs() const {
+  for (auto& a : attrs)
+    if (a.kind == Attr::Kind::Graph) return true;
+  return false;
+}
+
+std::vector<Graph*> subgraphs(Node& n) {
+  std::vector<Graph*> r;
+  for (auto& a : n.attrs)
+    if (a.kind == Attr::Kind::Graph && a.g) r.push_back(a.g.get());
+  return r;
+}
+
+std::vector<const Graph*> subgraphs(const Node& n) {
+  std::vector<const Graph*> r;
+  for (auto& a : n.attrs)
+    if (a.kind == Attr::Kind::Graph && a.g) r.push_back(a.g.get());
+  return r;
+}
+
+namespace {
+
+void collect_outer_reads(const Graph& g, std::vector<std::string>& out,
+                         std::unordered_set<std::string>& seen) {
+  std::unordered_set<std::string> defined;
+  for (auto& i : g.inputs) defined.insert(i.name);
+  for (auto& i : g.initializers) defined.insert(i.name);
+  for (auto& n : g.nodes)
+    for (auto& o : n.outputs) defined.insert(o);
+  auto read = [&](const std::string& v) {
+    if (!v.empty() && !defined.count(v) && seen.insert(v).second) out.push_back(v);
+  };
+  for (auto& n : g.nodes) {
+    for (auto& in : n.inputs) read(in);
+    for (const Graph* s : subgraphs(n)) {
+      std::vector<std::string> inner;
+      std::unordered_set<std::string> inner_seen;
+      collect_outer_reads(*s, inner, inner_seen);
+      for (auto& v : inner) read(v);
+    }
+  }
+  for (auto& o : g.outputs) read(o.name);
+}
+
+}  // namespace
+
+std::vector<std::string> outer_reads(const Graph& g) {
+  std::vector<std::string> out;
+  std::unordered_set<std::string> seen;
+  collect_outer_reads(g, out, seen);
+  return out;
+}
+
+void replace_uses_in_node(Node& n, const std::string& from, const std::string& to) {
+  for (auto& in : n.inputs)
+    if (in == from) in = to;
+  for (Graph* s : subgraphs(n)) {
+    replace_uses_deep(*s, from, to);
+    for (auto& o : s->outputs)
+      if (o.name == from) o.name = to;
+  }
+}
+
+void replace_uses_deep(Graph& g, const std::string& from, const std::string& to) {
+  for (auto& n : g.nodes) replace_uses_in_node(n, from, to);
 }
 
 const ValueType* Graph::type_of(const std::string& v) const {

@@ -82,8 +82,10 @@ struct Initializer {
   TensorData data;
 };
 
+struct Graph;
+
 struct Attr {
-  enum class Kind { Float, Int, String, Tensor, Floats, Ints, Strings };
+  enum class Kind { Float, Int, String, Tensor, Floats, Ints, Strings, Graph };
   std::string name;
   Kind kind = Kind::Int;
   float f = 0;
@@ -93,6 +95,9 @@ struct Attr {
   std::vector<int64_t> ints;
   std::vector<std::string> strings;
   std::shared_ptr<TensorData> t;
+  // A nested graph (If branches, Loop / Scan bodies). It reads values of the
+  // enclosing scopes by name; names are unique across all scopes.
+  std::shared_ptr<Graph> g;
 
   static Attr Int(std::string n, int64_t v);
   static Attr Float(std::string n, float v);
@@ -100,6 +105,7 @@ struct Attr {
   static Attr Ints(std::string n, std::vector<int64_t> v);
   static Attr Floats(std::string n, std::vector<float> v);
   static Attr Tensor(std::string n, TensorData v);
+  static Attr Subgraph(std::string n, Graph v);
   bool operator==(const Attr& o) const;
 };
 
@@ -116,6 +122,7 @@ struct Node {
   std::string fx_target;
 
   const Attr* attr(std::string_view n) const;
+  bool has_subgraphs() const;
 };
 
 struct GraphIO {
@@ -133,5 +140,21 @@ struct Graph {
 
   const ValueType* type_of(const std::string& v) const;
 };
+
+// The graphs nested in a node's attributes (none for most nodes).
+std::vector<Graph*> subgraphs(Node& n);
+std::vector<const Graph*> subgraphs(const Node& n);
+
+// Names the nodes of `g` (and of graphs nested in them) read from scopes
+// enclosing `g`: read, but neither an input, an initializer nor a node output
+// of `g` or of the nested graph that reads it.
+std::vector<std::string> outer_reads(const Graph& g);
+
+// Replaces every read of `from` by `to` in the nodes of `g` and of all graphs
+// nested in them (their outputs included: a nested graph's output may be an
+// enclosing value). The outputs of `g` itself are left alone.
+void replace_uses_deep(Graph& g, const std::string& from, const std::string& to);
+// The same for one node: its inputs and the graphs nested in it.
+void replace_uses_in_node(Node& n, const std::string& from, const std::string& to);
 
 }  // namespace pt2onnx

@@ -136,7 +136,9 @@ Msg value_info(const std::string& name, const ValueType& t) {
   return m;
 }
 
-Msg attribute(const Attr& a) {
+Msg graph_proto(const Graph& g, int ir_version);
+
+Msg attribute(const Attr& a, int ir_version) {
   Msg m;
   m.bytes_field(1, a.name);
   switch (a.kind) {
@@ -168,6 +170,10 @@ Msg attribute(const Attr& a) {
       for (auto& s : a.strings) m.bytes_field(9, s);
       m.int_field(20, 8);
       break;
+    case Attr::Kind::Graph:
+      m.message(6, graph_proto(*a.g, ir_version));
+      m.int_field(20, 5);
+      break;
   }
   return m;
 }
@@ -178,7 +184,7 @@ Msg node_proto(const Node& n, int ir_version) {
   for (auto& o : n.outputs) m.bytes_field(2, o);
   m.bytes_field(3, n.name);
   m.bytes_field(4, n.op_type);
-  for (auto& a : n.attrs) m.message(5, attribute(a));
+  for (auto& a : n.attrs) m.message(5, attribute(a, ir_version));
   if (!n.domain.empty()) m.bytes_field(7, n.domain);
   // Where the node came from: metadata_props (IR >= 10), else doc_string.
   std::vector<std::pair<std::string, std::string>> props;
@@ -197,6 +203,32 @@ Msg node_proto(const Node& n, int ir_version) {
     for (auto& [k, v] : props) doc += (doc.empty() ? "" : "; ") + k + ": " + v;
     m.bytes_field(6, doc);
   }
+  return m;
+}
+
+// value_info of every typed node output that is not a graph input or output.
+void value_infos(Msg& m, const Graph& g) {
+  std::unordered_set<std::string> io;
+  for (auto& i : g.inputs) io.insert(i.name);
+  for (auto& o : g.outputs) io.insert(o.name);
+  for (auto& n : g.nodes)
+    for (auto& o : n.outputs) {
+      if (o.empty() || io.count(o)) continue;
+      const ValueType* t = g.type_of(o);
+      if (t && t->dtype != DType::Undefined) m.message(13, value_info(o, *t));
+    }
+}
+
+// A nested graph (If / Loop / Scan body), whole and in memory: its
+// initializers are small constants (weights live in the main graph).
+Msg graph_proto(const Graph& g, int ir_version) {
+  Msg m;
+  for (auto& n : g.nodes) m.message(1, node_proto(n, ir_version));
+  m.bytes_field(2, g.name);
+  for (auto& init : g.initializers) m.bytes_field(5, tensor_proto_bytes(init.data, init.name));
+  for (auto& i : g.inputs) m.message(11, value_info(i.name, i.type));
+  for (auto& o : g.outputs) m.message(12, value_info(o.name, o.type));
+  value_infos(m, g);
   return m;
 }
 
@@ -277,17 +309,7 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   tail.bytes_field(2, g.name);
   for (auto& i : g.inputs) tail.message(11, value_info(i.name, i.type));
   for (auto& o : g.outputs) tail.message(12, value_info(o.name, o.type));
-  {
-    std::unordered_set<std::string> io;
-    for (auto& i : g.inputs) io.insert(i.name);
-    for (auto& o : g.outputs) io.insert(o.name);
-    for (auto& n : g.nodes)
-      for (auto& o : n.outputs) {
-        if (o.empty() || io.count(o)) continue;
-        const ValueType* t = g.type_of(o);
-        if (t && t->dtype != DType::Undefined) tail.message(13, value_info(o, *t));
-      }
-  }
+  value_infos(tail, g);
 
   uint64_t graph_len = nodes_part.size() + tail.size();
   for (auto& p : plan) {

@@ -33,6 +33,9 @@ void append_attr(std::string& key, const Attr& a) {
     case Attr::Kind::Strings:
       for (auto& s : a.strings) key.append(s).append("\x1f");
       break;
+    case Attr::Kind::Graph:  // not reached: nodes with graphs are never merged
+      key.append(std::to_string(reinterpret_cast<uintptr_t>(a.g.get())));
+      break;
     case Attr::Kind::Tensor:
       key.append(std::to_string(static_cast<int>(a.t->dtype))).append(":");
       for (auto d : a.t->dims) key.append(std::to_string(d)).append(",");
@@ -81,6 +84,12 @@ size_t eliminate_common_subexpressions(Graph& g) {
     for (auto& in : n.inputs) {
       auto it = rename.find(in);
       if (it != rename.end()) in = it->second;
+    }
+    if (n.has_subgraphs()) {
+      // Never merged (graphs are not compared); what its graphs read follows the renames.
+      for (auto& [from, to] : rename) replace_uses_in_node(n, from, to);
+      kept.push_back(std::move(n));
+      continue;
     }
     bool pinned = false;
     for (auto& o : n.outputs) pinned |= outputs.count(o) > 0;

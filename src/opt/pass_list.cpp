@@ -3,10 +3,22 @@
 namespace pt2onnx {
 
 void replace_uses(Graph& g, const std::string& from, const std::string& to) {
-  for (auto& n : g.nodes)
-    for (auto& in : n.inputs)
-      if (in == from) in = to;
+  replace_uses_deep(g, from, to);
 }
+
+namespace {
+
+// Runs `fn` on the graphs nested in g's nodes (innermost first), then on g.
+// Each pass keeps what nested graphs read from g alive and renames those reads
+// with it (replace_uses and remove_unused look into nested graphs).
+size_t run_nested_first(Graph& g, size_t (*fn)(Graph&)) {
+  size_t n = 0;
+  for (auto& node : g.nodes)
+    for (Graph* s : subgraphs(node)) n += run_nested_first(*s, fn);
+  return n + fn(g);
+}
+
+}  // namespace
 
 std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g) {
   // Folding exposes identical constants and nodes to CSE; CSE and folding
@@ -23,7 +35,7 @@ std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g) {
   for (int round = 0; round < 2; ++round) {
     size_t changed = 0;
     for (auto& [name, fn] : kPasses) {
-      size_t n = fn(g);
+      size_t n = run_nested_first(g, fn);
       changed += n;
       log.emplace_back(name, n);
     }

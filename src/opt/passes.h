@@ -8,7 +8,10 @@
 
 namespace pt2onnx {
 
-// Each pass returns how many nodes / initializers it changed.
+// Each pass returns how many nodes / initializers it changed. A pass works on
+// one graph; run_default_passes also runs it on every nested graph (If / Loop /
+// Scan bodies), innermost first. Passes never rename or drop a value a nested
+// graph reads, and never touch a nested graph's inputs.
 size_t fold_constants(Graph& g);
 size_t remove_identity(Graph& g);
 size_t eliminate_common_subexpressions(Graph& g);
@@ -17,7 +20,8 @@ size_t remove_unused(Graph& g);
 // Runs the default pipeline; returns (pass name, changes) for each run.
 std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g);
 
-// Replaces every use of `from` by `to` in node inputs (not graph outputs).
+// Replaces every use of `from` by `to` in node inputs, nested graphs
+// included (not the outputs of `g`).
 void replace_uses(Graph& g, const std::string& from, const std::string& to);
 
 }  // namespace pt2onnx

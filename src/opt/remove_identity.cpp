@@ -7,10 +7,12 @@
 namespace pt2onnx {
 
 size_t remove_identity(Graph& g) {
-  std::unordered_set<std::string> outputs, fixed;
+  // Only a value a node of `g` produces can take another name; inputs,
+  // initializers and (in a nested graph) enclosing-scope values cannot.
+  std::unordered_set<std::string> outputs, produced;
   for (auto& o : g.outputs) outputs.insert(o.name);
-  for (auto& i : g.inputs) fixed.insert(i.name);
-  for (auto& i : g.initializers) fixed.insert(i.name);
+  for (auto& n : g.nodes)
+    for (auto& o : n.outputs) produced.insert(o);
   size_t removed = 0;
   std::vector<bool> drop(g.nodes.size(), false);
   for (size_t k = 0; k < g.nodes.size(); ++k) {
@@ -20,7 +22,7 @@ size_t remove_identity(Graph& g) {
     if (!outputs.count(out)) {
       replace_uses(g, out, in);
       drop[k] = true;
-    } else if (!fixed.count(in) && !outputs.count(in)) {
+    } else if (produced.count(in) && !outputs.count(in)) {
       // The producer of `in` writes the output directly.
       for (auto& m : g.nodes) {
         for (auto& o : m.outputs)

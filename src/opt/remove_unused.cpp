@@ -1,4 +1,6 @@
-// Removes nodes whose outputs nobody reads and initializers nobody uses.
+// Removes nodes whose outputs nobody reads and initializers nobody uses
+// (reads from nested graphs count). A nested graph's inputs are its
+// signature and stay.
 #include <unordered_set>
 
 #include "opt/passes.h"
@@ -13,9 +15,13 @@ size_t remove_unused(Graph& g) {
     const Node& n = g.nodes[i];
     for (auto& o : n.outputs)
       if (live.count(o)) keep[i] = true;
-    if (keep[i])
+    if (keep[i]) {
       for (auto& in : n.inputs)
         if (!in.empty()) live.insert(in);
+      // Values a nested graph (If branch, Loop body) reads from this scope.
+      for (const Graph* s : subgraphs(n))
+        for (auto& v : outer_reads(*s)) live.insert(v);
+    }
   }
   size_t removed = 0;
   std::vector<Node> nodes;

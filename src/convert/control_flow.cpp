@@ -1,0 +1,241 @@
+// Control flow: torch's higher-order ops to ONNX ops with nested graphs.
+//   torch.cond          -> If    (branches read the operands from the enclosing scope)
+//   while_loop          -> Loop  (condition evaluated before the loop and at the end of the body)
+//   scan                -> Scan  (carried state + slices along dim 0; ys stacked)
+//   map (map_impl)      -> Scan  (no state: each slice mapped, results stacked)
+// torch.export closes every graph argument over its inputs (captured tensors
+// are passed as operands / additional inputs); ONNX bodies instead read those
+// from the enclosing scope by name, so they are bound, not passed.
+#include <unordered_set>
+
+#include "convert/context.h"
+#include "convert/convert_graph.h"
+#include "convert/registry.h"
+
+namespace pt2onnx {
+
+namespace {
+
+using schema::ArgKind;
+using schema::Argument;
+
+const Argument& positional(Ctx& c, size_t i, const char* what) {
+  if (i >= c.node.inputs.size()) c.fail(std::string("missing argument: ") + what);
+  return c.node.inputs[i].arg;
+}
+
+const schema::Graph& graph_arg(Ctx& c, size_t i, const char* what) {
+  const Argument& a = positional(c, i, what);
+  if (a.kind != ArgKind::Graph || !a.graph)
+    c.fail(std::string(what) + " is " + a.variant + ", expected a graph");
+  return *a.graph;
+}
+
+std::string value_of(Ctx& c, const std::string& fx) {
+  auto it = c.env.values.find(fx);
+  if (it == c.env.values.end()) c.fail("undefined value '" + fx + "'");
+  return it->second;
+}
+
+// A list of operands (tensors; SymInts as 1-element int64 values).
+std::vector<std::string> operand_list(Ctx& c, size_t i, const char* what) {
+  const Argument& a = positional(c, i, what);
+  std::vector<std::string> r;
+  switch (a.kind) {
+    case ArgKind::None:
+      break;
+    case ArgKind::Tensors:
+      for (auto& n : a.names) {
+        if (n.empty()) c.fail(std::string(what) + " contains None");
+        r.push_back(value_of(c, n));
+      }
+      break;
+    case ArgKind::Tensor:
+      r.push_back(value_of(c, a.name));
+      break;
+    case ArgKind::SymInts:
+    case ArgKind::SymInt:
+      for (auto& s : a.symints) r.push_back(c.symint_value(s));
+      break;
+    default:
+      c.fail(std::string(what) + " is " + a.variant + "; only tensors and SymInts are supported");
+  }
+  return r;
+}
+
+// A bool value of one element from a predicate (tensor of any type, SymBool).
+std::string predicate(Ctx& c, const Argument& a) {
+  std::string v;
+  if (a.kind == ArgKind::Tensor || a.kind == ArgKind::SymBool)
+    v = value_of(c, a.name);
+  else
+    c.fail("the predicate is " + a.variant + ", expected a tensor or a SymBool");
+  return c.cast(v, DType::Bool);
+}
+
+// Closes the current scope with `outs` as its outputs. A graph output must
+// be a value the graph computes, once: inputs, enclosing-scope values and
+// repeated values pass through an Identity.
+Graph close_scope(Ctx& c, const std::vector<std::string>& outs) {
+  std::unordered_set<std::string> produced, listed;
+  for (auto& n : c.b.graph().nodes)
+    for (auto& o : n.outputs) produced.insert(o);
+  for (auto v : outs) {
+    if (!produced.count(v) || !listed.insert(v).second) v = c.b.op("Identity", {v});
+    listed.insert(v);
+    c.b.add_output(v, c.b.type(v));
+  }
+  return c.b.end_subgraph();
+}
+
+// A scope input of the type of placeholder `i` of `g` (its torch metadata).
+std::string scope_input(Ctx& c, const schema::Graph& g, size_t i, const std::string& base) {
+  const Argument& a = g.inputs.at(i);
+  ValueType t;
+  if (a.kind == ArgKind::Tensor) {
+    auto it = g.tensor_values.find(a.name);
+    if (it == g.tensor_values.end()) c.fail("no metadata for graph input '" + a.name + "'");
+    t = c.meta_type(it->second);
+  } else {
+    t = ValueType{DType::Int64, Shape{Dim::of(1)}};  // a SymInt: 1-element int64
+  }
+  std::string name = c.b.fresh_name(base);
+  c.b.add_input(name, t);
+  return name;
+}
+
+// A scope input typed like one slice (dim 0 removed) of `xs`.
+std::string slice_input(Ctx& c, const std::string& xs, const std::string& base) {
+  ValueType t = c.type(xs);
+  if (t.shape && !t.shape->empty()) t.shape->erase(t.shape->begin());
+  std::string name = c.b.fresh_name(base);
+  c.b.add_input(name, t);
+  return name;
+}
+
+std::vector<ValueType> out_types(Ctx& c) {
+  std::vector<ValueType> r;
+  for (size_t i = 0; i < c.n_outputs(); ++i) r.push_back(c.out_type(i));
+  return r;
+}
+
+void set_outputs(Ctx& c, const std::vector<std::string>& values) {
+  for (size_t i = 0; i < c.n_outputs(); ++i) c.set_output(i, values.at(i));
+}
+
+// cond(pred, true_fn, false_fn, operands)
+void cond(Ctx& c) {
+  const Argument& p = positional(c, 0, "pred");
+  const schema::Graph& then_g = graph_arg(c, 1, "true_fn");
+  const schema::Graph& else_g = graph_arg(c, 2, "false_fn");
+  std::vector<std::string> operands = operand_list(c, 3, "operands");
+  if (p.kind == ArgKind::Bool) {  // a predicate torch resolved: the branch inlines
+    set_outputs(c, convert_nested(c, p.b ? then_g : else_g, operands));
+    return;
+  }
+  std::string pred = predicate(c, p);
+  auto branch = [&](const schema::Graph& g, const char* name) {
+    c.b.begin_subgraph(c.node.name + "_" + name);
+    std::vector<std::string> outs = convert_nested(c, g, operands);
+    if (outs.size() != c.n_outputs())
+      c.fail(std::string(name) + " returns " + std::to_string(outs.size()) + " values, cond has " +
+             std::to_string(c.n_outputs()) + " outputs");
+    return close_scope(c, outs);
+  };
+  Graph then_branch = branch(then_g, "then");
+  Graph else_branch = branch(else_g, "else");
+  set_outputs(c, c.b.add_node("If", {pred}, c.n_outputs(),
+                              {Attr::Subgraph("then_branch", std::move(then_branch)),
+                               Attr::Subgraph("else_branch", std::move(else_branch))},
+                              out_types(c)));
+}
+
+// while_loop(cond_fn, body_fn, carried_inputs, additional_inputs): a Loop
+// with no trip count, its condition computed once before the loop and again
+// from the new values at the end of every iteration.
+void while_loop(Ctx& c) {
+  const schema::Graph& cond_g = graph_arg(c, 0, "cond_fn");
+  const schema::Graph& body_g = graph_arg(c, 1, "body_fn");
+  std::vector<std::string> carried = operand_list(c, 2, "carried_inputs");
+  std::vector<std::string> extra = operand_list(c, 3, "additional_inputs");
+  auto with_extra = [&](std::vector<std::string> v) {
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  auto condition = [&](const std::vector<std::string>& state) {
+    std::vector<std::string> r = convert_nested(c, cond_g, with_extra(state));
+    if (r.size() != 1) c.fail("cond_fn must return one value");
+    return c.cast(r[0], DType::Bool);
+  };
+  std::string first = condition(carried);
+
+  c.b.begin_subgraph(c.node.name + "_body");
+  std::string iter = c.b.fresh_name("iter");
+  c.b.add_input(iter, ValueType{DType::Int64, Shape{}});
+  std::string cond_in = c.b.fresh_name("cond_in");
+  c.b.add_input(cond_in, ValueType{DType::Bool, Shape{}});
+  std::vector<std::string> state;
+  for (size_t i = 0; i < carried.size(); ++i) state.push_back(scope_input(c, body_g, i, "carried"));
+  std::vector<std::string> next = convert_nested(c, body_g, with_extra(state));
+  if (next.size() != carried.size())
+    c.fail("body_fn returns " + std::to_string(next.size()) + " values for " +
+           std::to_string(carried.size()) + " carried inputs");
+  for (size_t i = 0; i < next.size(); ++i)  // torch keeps each carried value's dtype
+    next[i] = c.cast(next[i], c.dtype(carried[i]));
+  std::vector<std::string> outs{condition(next)};
+  outs.insert(outs.end(), next.begin(), next.end());
+  Graph body = close_scope(c, outs);
+
+  std::vector<std::string> inputs{"", first};
+  inputs.insert(inputs.end(), carried.begin(), carried.end());
+  set_outputs(c, c.b.add_node("Loop", inputs, c.n_outputs(),
+                              {Attr::Subgraph("body", std::move(body))}, out_types(c)));
+}
+
+// The Scan both scan and map lower to: `states` carried, `xs` sliced along
+// dim 0, `extra` read from the enclosing scope; the body graph takes
+// (states..., slices..., extra...) and returns (new states..., ys...).
+void emit_scan(Ctx& c, const schema::Graph& body_g, const std::vector<std::string>& states,
+               const std::vector<std::string>& xs, const std::vector<std::string>& extra) {
+  if (xs.empty()) c.fail("nothing to scan over (no xs)");
+  c.b.begin_subgraph(c.node.name + "_body");
+  std::vector<std::string> ins;
+  for (size_t i = 0; i < states.size(); ++i) ins.push_back(scope_input(c, body_g, i, "state"));
+  for (auto& x : xs) ins.push_back(slice_input(c, x, "slice"));
+  ins.insert(ins.end(), extra.begin(), extra.end());
+  std::vector<std::string> outs = convert_nested(c, body_g, ins);
+  if (outs.size() != c.n_outputs())
+    c.fail("its body returns " + std::to_string(outs.size()) + " values for " +
+           std::to_string(c.n_outputs()) + " outputs");
+  for (size_t i = 0; i < states.size(); ++i) outs[i] = c.cast(outs[i], c.dtype(states[i]));
+  Graph body = close_scope(c, outs);
+  std::vector<std::string> inputs = states;
+  inputs.insert(inputs.end(), xs.begin(), xs.end());
+  set_outputs(c, c.b.add_node("Scan", inputs, c.n_outputs(),
+                              {Attr::Subgraph("body", std::move(body)),
+                               Attr::Int("num_scan_inputs", static_cast<int64_t>(xs.size()))},
+                              out_types(c)));
+}
+
+// scan(combine_fn, init, xs, additional_inputs): torch's wrapper has already
+// moved the scanned dim to 0 and flipped xs for reverse=True.
+void scan(Ctx& c) {
+  emit_scan(c, graph_arg(c, 0, "combine_fn"), operand_list(c, 1, "init"), operand_list(c, 2, "xs"),
+            operand_list(c, 3, "additional_inputs"));
+}
+
+// map_impl(body_fn, xs, args)
+void map_impl(Ctx& c) {
+  emit_scan(c, graph_arg(c, 0, "f"), {}, operand_list(c, 1, "xs"), operand_list(c, 2, "args"));
+}
+
+}  // namespace
+
+void register_control_flow(Registry& r) {
+  r.add("torch.ops.higher_order.cond", cond);
+  r.add("torch.ops.higher_order.while_loop", while_loop);
+  r.add("torch.ops.higher_order.scan", scan);
+  r.add("torch.ops.higher_order.map_impl", map_impl);
+}
+
+}  // namespace pt2onnx
