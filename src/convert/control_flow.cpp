@@ -1,6 +1,7 @@
 // Control flow: torch's higher-order ops to ONNX ops with nested graphs.
 //   torch.cond          -> If    (branches read the operands from the enclosing scope)
 //   while_loop          -> Loop  (condition evaluated before the loop and at the end of the body)
+//   while_loop_stack_output -> Loop with scan outputs, and an If for zero iterations
 //   scan                -> Scan  (carried state + slices along dim 0; ys stacked)
 //   map (map_impl)      -> Scan  (no state: each slice mapped, results stacked)
 // torch.export closes every graph argument over its inputs (captured tensors
@@ -152,8 +153,10 @@ void cond(Ctx& c) {
 
 // while_loop(cond_fn, body_fn, carried_inputs, additional_inputs): a Loop
 // with no trip count, its condition computed once before the loop and again
-// from the new values at the end of every iteration.
-void while_loop(Ctx& c) {
+// from the new values at the end of every iteration. `stack`:
+// while_loop_stack_output, which returns every iteration's values stacked
+// (the initial values, unsqueezed, when the loop does not run).
+void emit_while(Ctx& c, bool stack) {
   const schema::Graph& cond_g = graph_arg(c, 0, "cond_fn");
   const schema::Graph& body_g = graph_arg(c, 1, "body_fn");
   std::vector<std::string> carried = operand_list(c, 2, "carried_inputs");
@@ -184,13 +187,39 @@ void while_loop(Ctx& c) {
     next[i] = c.cast(next[i], c.dtype(carried[i]));
   std::vector<std::string> outs{condition(next)};
   outs.insert(outs.end(), next.begin(), next.end());
+  if (stack) outs.insert(outs.end(), next.begin(), next.end());  // scan outputs: stacked by Loop
   Graph body = close_scope(c, outs);
 
   std::vector<std::string> inputs{"", first};
   inputs.insert(inputs.end(), carried.begin(), carried.end());
-  set_outputs(c, c.b.add_node("Loop", inputs, c.n_outputs(),
-                              {Attr::Subgraph("body", std::move(body))}, out_types(c)));
+  if (!stack) {
+    set_outputs(c, c.b.add_node("Loop", inputs, c.n_outputs(),
+                                {Attr::Subgraph("body", std::move(body))}, out_types(c)));
+    return;
+  }
+  if (c.n_outputs() != carried.size()) c.fail("expected one output per carried input");
+  std::vector<ValueType> loop_types;
+  for (auto& v : carried) loop_types.push_back(c.type(v));
+  std::vector<ValueType> stacked = out_types(c);
+  for (auto& t : stacked) t.shape.reset();
+  loop_types.insert(loop_types.end(), stacked.begin(), stacked.end());
+  auto loop = c.b.add_node("Loop", inputs, 2 * carried.size(),
+                           {Attr::Subgraph("body", std::move(body))}, loop_types);
+  c.b.begin_subgraph(c.node.name + "_ran");
+  Graph ran = close_scope(
+      c, std::vector<std::string>(loop.begin() + static_cast<long>(carried.size()), loop.end()));
+  c.b.begin_subgraph(c.node.name + "_not_run");
+  std::vector<std::string> initial;
+  for (auto& v : carried) initial.push_back(c.unsqueeze(v, {0}));
+  Graph not_run = close_scope(c, initial);
+  set_outputs(c, c.b.add_node("If", {first}, carried.size(),
+                              {Attr::Subgraph("then_branch", std::move(ran)),
+                               Attr::Subgraph("else_branch", std::move(not_run))},
+                              out_types(c)));
 }
+
+void while_loop(Ctx& c) { emit_while(c, false); }
+void while_loop_stack_output(Ctx& c) { emit_while(c, true); }
 
 // The Scan both scan and map lower to: `states` carried, `xs` sliced along
 // dim 0, `extra` read from the enclosing scope; the body graph takes
@@ -234,6 +263,7 @@ void map_impl(Ctx& c) {
 void register_control_flow(Registry& r) {
   r.add("torch.ops.higher_order.cond", cond);
   r.add("torch.ops.higher_order.while_loop", while_loop);
+  r.add("torch.ops.higher_order.while_loop_stack_output", while_loop_stack_output);
   r.add("torch.ops.higher_order.scan", scan);
   r.add("torch.ops.higher_order.map_impl", map_impl);
 }

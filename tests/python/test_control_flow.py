@@ -103,6 +103,25 @@ def test_cond_shape_predicate(tmp_onnx):
     assert "If" in ops
 
 
+class CondReadsSizes(torch.nn.Module):
+    """Branches use a symbolic size: torch passes it to them as a SymInt operand."""
+
+    def forward(self, x):
+        n = x.shape[0]
+        return torch.cond(x.sum() > 0, lambda x: x * n + x.shape[0],
+                          lambda x: x.new_ones(n, 4) * 2.0, (x,))
+
+
+def test_cond_reads_symbolic_sizes(tmp_onnx):
+    batch = Dim("batch")
+    ep = torch.export.export(CondReadsSizes(), (torch.randn(4, 4),), dynamic_shapes=({0: batch},))
+    cond = next(n for n in ep.graph.nodes if "cond" in str(n.target))
+    assert any(isinstance(a, torch.fx.Node) and "sym_size" in a.name for a in cond.args[3])
+    export_and_check(CondReadsSizes(), (torch.randn(4, 4),), tmp_onnx,
+                     [(torch.rand(6, 4),), (-torch.rand(2, 4),)],
+                     dynamic_shapes=({0: batch},))
+
+
 class NestedCond(torch.nn.Module):
     def forward(self, x, k):
         def inner_true(x, k):
