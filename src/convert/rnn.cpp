@@ -240,8 +240,13 @@ bool known_zero(Ctx& c, const std::string& v) {
   return false;
 }
 
-// Compute type: onnxruntime's LSTM / GRU / RNN / Gemm take float and double.
-DType compute_type(DType t) { return t == DType::Double ? t : DType::Float; }
+// Compute types. Cells (Gemm, activations): float or double. onnxruntime's
+// CPU LSTM / GRU / RNN kernels take float only (ONNX allows double; ORT
+// refuses it at run time), so float64 recurrent layers run in float32 with
+// float64 inputs and outputs (precision of float32 inside the layer); half
+// types compute in float32 as elsewhere.
+DType cell_type(DType t) { return t == DType::Double ? t : DType::Float; }
+constexpr DType kRecurrentType = DType::Float;
 
 Attr strings(const std::string& name, std::vector<std::string> v) {
   Attr a;
@@ -290,7 +295,7 @@ void recurrent(Ctx& c, Kind kind) {
   const std::vector<int64_t> order = lstm                ? std::vector<int64_t>{0, 3, 1, 2}
                                      : kind == Kind::Gru ? std::vector<int64_t>{1, 0, 2}
                                                          : std::vector<int64_t>{0};
-  const DType t = c.dtype(x), kt = compute_type(t);
+  const DType t = c.dtype(x), kt = kRecurrentType;
 
   // Sequence-major input in the compute type.
   std::string seq = c.cast(batch_first ? c.transpose(x, {1, 0, 2}) : x, kt);
@@ -432,7 +437,7 @@ CellIn cell_inputs(Ctx& c, const std::string& h) {
   std::string x = c.tensor("input");
   CellIn r;
   r.t = c.dtype(x);
-  r.kt = compute_type(r.t);
+  r.kt = cell_type(r.t);
   r.x_gates = linear(c, x, c.tensor("w_ih"), c.opt_tensor("b_ih"), r.kt);
   r.h_gates = linear(c, h, c.tensor("w_hh"), c.opt_tensor("b_hh"), r.kt);
   r.h = c.cast(h, r.kt);
