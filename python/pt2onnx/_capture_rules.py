@@ -1,4 +1,6 @@
-"""Shape rules pt2onnx gives torch.export for the duration of a capture.
+"""Rules pt2onnx gives torch.export for the duration of a capture.
+
+1. Recurrent layers with a dynamic sequence length.
 
 torch.export keeps `aten.lstm.input` / `gru.input` / `rnn_tanh.input` /
 `rnn_relu.input` in the graph, but computes their output shapes by running
@@ -11,6 +13,13 @@ The decomposition is registered as the ops' Python Autograd and
 CompositeImplicitAutograd kernels (what the tracer calls for the output
 metadata), and FakeTensorMode reaches it below autograd: all are replaced, for
 fake tensors only.
+
+2. nn.TransformerEncoder / TransformerDecoder given a mask and no
+`is_causal`: torch checks whether the mask is causal by comparing its values
+(`_detect_is_causal_mask`), a data-dependent branch torch.export cannot
+capture ("Could not guard on data-dependent expression"). `is_causal` is only
+a hint (the mask is applied either way), so while capturing an undecided
+mask counts as not causal: the graph applies the mask as given.
 
 torch.export removes fake rules of the ops it preserves when it returns, so
 the rules are installed around each capture: `pt2onnx.export` does it;
@@ -62,11 +71,24 @@ def _ops():
     return [getattr(torch.ops.aten, name).input for name in _RNN_OPS]
 
 
+def _detect_is_causal_mask(original):
+    from torch._subclasses.fake_tensor import is_fake
+
+    def detect(mask, is_causal=None, size=None):
+        if is_causal is None and mask is not None and is_fake(mask):
+            return False
+        return original(mask, is_causal, size)
+
+    return detect
+
+
 @contextlib.contextmanager
 def capture_rules():
-    """Installs pt2onnx's shape rules for torch.export (recurrent layers with a
-    dynamic sequence length) for the duration of the block."""
+    """Installs pt2onnx's capture rules for torch.export (recurrent layers with
+    a dynamic sequence length, transformer masks) for the duration of the
+    block."""
     from torch._subclasses import fake_impls
+    from torch.nn.modules import transformer
 
     keys = (torch._C.DispatchKey.Autograd, torch._C.DispatchKey.CompositeImplicitAutograd)
     added, saved = [], {}
@@ -80,9 +102,12 @@ def capture_rules():
                 saved[(op, key)] = original
                 op.py_kernels[key] = _decomposition_kernel(op, original)
         op._dispatch_cache.clear()
+    detect = transformer._detect_is_causal_mask
+    transformer._detect_is_causal_mask = _detect_is_causal_mask(detect)
     try:
         yield
     finally:
+        transformer._detect_is_causal_mask = detect
         for (op, key), original in saved.items():
             op.py_kernels[key] = original
         for op in _ops():
