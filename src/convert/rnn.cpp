@@ -307,38 +307,48 @@ void recurrent(Ctx& c, Kind kind) {
                             c.b.const_i64({0})});
   };
 
+  const size_t stride = per + (proj ? 1 : 0);  // parameters per layer and direction
   std::vector<std::string> h_n, c_n;
   for (int64_t l = 0; l < layers; ++l) {
-    std::vector<Weight> ws, rs, bs, projs, lifts;
-    bool lift_ok = true;
-    for (int64_t d = 0; d < dirs; ++d) {
-      size_t base = static_cast<size_t>(l * dirs + d) * (per + (proj ? 1 : 0));
-      Weight w_ih = weight(c, params[base]), w_hh = weight(c, params[base + 1]);
-      ws.push_back(reorder_gates(c, w_ih, order));
-      Weight r = reorder_gates(c, w_hh, order);
-      if (proj) {
-        Weight w_hr = weight(c, params[base + per]);
-        r = matmul(c, r, w_hr);
-        projs.push_back(transpose2(c, w_hr));
-        if (!zero_h) {
-          auto m = right_inverse_t(w_hr);
-          lift_ok &= m.has_value();
-          if (m) lifts.push_back(*m);
-        }
+    const size_t first = static_cast<size_t>(l * dirs) * stride;
+    // One re-laid-out tensor per layer and kind (W, R, B, P, M), made once
+    // for all nodes that use the same parameters (a module called twice).
+    std::string key = std::string("rnn|") + op;
+    for (size_t k = first; k < first + stride * static_cast<size_t>(dirs); ++k)
+      key += "|" + params[k];
+    using PerDir = Weight (*)(Ctx&, const std::vector<Weight>&, const std::vector<int64_t>&);
+    auto init = [&](const char* what, PerDir make) {
+      std::string k = key + "|" + what;
+      if (auto it = c.env.cache.find(k); it != c.env.cache.end()) return it->second;
+      std::vector<Weight> per_dir;
+      for (int64_t d = 0; d < dirs; ++d) {
+        std::vector<Weight> p;
+        size_t base = first + static_cast<size_t>(d) * stride;
+        for (size_t j = 0; j < stride; ++j) p.push_back(weight(c, params[base + j]));
+        per_dir.push_back(make(c, p, order));
       }
-      rs.push_back(r);
-      if (has_b)
-        bs.push_back(cat0(c,
-                          {reorder_gates(c, weight(c, params[base + 2]), order),
-                           reorder_gates(c, weight(c, params[base + 3]), order)},
-                          false));
-    }
-    const std::string& p0 = params[static_cast<size_t>(l * dirs) * (per + (proj ? 1 : 0))];
-    auto init = [&](const std::vector<Weight>& v, const char* what) {
-      return c.cast(value(c, cat0(c, v, true), init_name(p0, what, l)), kt);
+      std::string v =
+          c.cast(value(c, cat0(c, per_dir, true), init_name(params[first], what, l)), kt);
+      c.env.cache.emplace(k, v);
+      return v;
     };
-    std::string w = init(ws, "W"), r = init(rs, "R");
-    std::string bias = has_b ? init(bs, "B") : std::string();
+    // p: w_ih, w_hh, [b_ih, b_hh], [w_hr].
+    std::string w =
+        init("W", [](Ctx& cx, const std::vector<Weight>& p, const std::vector<int64_t>& o) {
+          return reorder_gates(cx, p[0], o);
+        });
+    std::string r =
+        init("R", [](Ctx& cx, const std::vector<Weight>& p, const std::vector<int64_t>& o) {
+          Weight hh = reorder_gates(cx, p[1], o);
+          // Projected LSTM (an odd count: w_hr last): the recurrence reads
+          // W_hh (W_hr h') = (W_hh W_hr) h'.
+          return p.size() % 2 == 1 ? matmul(cx, hh, p.back()) : hh;
+        });
+    std::string bias;
+    if (has_b)
+      bias = init("B", [](Ctx& cx, const std::vector<Weight>& p, const std::vector<int64_t>& o) {
+        return cat0(cx, {reorder_gates(cx, p[2], o), reorder_gates(cx, p[3], o)}, false);
+      });
     const Shape& ws_shape = *c.type(w).shape;
     const Shape& rs_shape = *c.type(r).shape;
     if (!ws_shape[1].is_static() || !rs_shape[2].is_static())
@@ -349,12 +359,17 @@ void recurrent(Ctx& c, Kind kind) {
     if (!zero_h) {
       h0 = layer_state(hx[0], l);
       if (proj) {
-        if (!lift_ok)
-          c.fail(
-              "LSTM with proj_size and a non-zero initial state h0 needs weight_hr as a float or "
-              "double initializer of full row rank (the initial state is lifted through its "
-              "pseudo-inverse); export without h0 or with float weights");
-        h0 = c.b.op("MatMul", {h0, init(lifts, "M")});
+        for (int64_t d = 0; d < dirs; ++d)
+          if (!right_inverse_t(weight(c, params[first + static_cast<size_t>(d) * stride + per])))
+            c.fail(
+                "LSTM with proj_size and a non-zero initial state h0 needs weight_hr as a float "
+                "or double initializer of full row rank (the initial state is lifted through its "
+                "pseudo-inverse); export without h0 or with float weights");
+        h0 = c.b.op(
+            "MatMul",
+            {h0, init("M", [](Ctx&, const std::vector<Weight>& p, const std::vector<int64_t>&) {
+               return *right_inverse_t(p.back());
+             })});
       }
     }
     if (lstm && !zero_c) c0 = layer_state(hx[1], l);
@@ -377,9 +392,12 @@ void recurrent(Ctx& c, Kind kind) {
     auto o = c.b.add_node(op, in, outs.size(), attrs, outs);
     std::string ys = o[0], yhs = o[1];
     if (proj) {
-      std::string p = init(projs, "P");  // [dirs, H, proj]
-      ys = c.b.op("MatMul", {ys, p});
-      yhs = c.b.op("MatMul", {yhs, p});
+      std::string projection =
+          init("P", [](Ctx& cx, const std::vector<Weight>& p, const std::vector<int64_t>&) {
+            return transpose2(cx, p.back());  // [dirs, H, proj] once stacked
+          });
+      ys = c.b.op("MatMul", {ys, projection});
+      yhs = c.b.op("MatMul", {yhs, projection});
     }
     // [seq, dirs, batch, out] -> [seq, batch, dirs * out]
     if (dirs == 1) {

@@ -247,3 +247,92 @@ def test_capture_rules_restore_torch():
     with pt2onnx.capture_rules():
         y, _ = rnn(torch.randn(5, 3, INPUT))
     assert y.shape == (5, 3, HIDDEN)
+
+
+def test_unbatched(tmp_onnx):
+    """nn.LSTM on a 2-D input (no batch dim) unsqueezes around the op."""
+    torch.manual_seed(0)
+    model = Wrap(torch.nn.LSTM(INPUT, HIDDEN, 2, bidirectional=True)).eval()
+    args = (torch.randn(5, INPUT), torch.randn(4, HIDDEN), torch.randn(4, HIDDEN))
+    pt2onnx.export(model, args, tmp_onnx, dynamic_shapes={"x": {0: Dim("seq")}, "h": None,
+                                                          "c": None})
+    for seq in (1, 8):
+        assert_matches(model, tmp_onnx, {"x": torch.randn(seq, INPUT), "h": torch.randn(4, HIDDEN),
+                                         "c": torch.randn(4, HIDDEN)})
+
+
+class Functional(torch.nn.Module):
+    """aten.lstm / aten.gru with the weights as graph inputs (not
+    initializers): re-laid out by Split / Concat / MatMul nodes."""
+
+    def __init__(self, kind, proj=False, random_h0=False):
+        super().__init__()
+        self.kind, self.proj, self.random_h0 = kind, proj, random_h0
+
+    def forward(self, x, w_ih, w_hh, b_ih, b_hh, w_hr=None):
+        params = [w_ih, w_hh, b_ih, b_hh] + ([w_hr] if self.proj else [])
+        b = x.shape[1]
+        if self.kind == "lstm":
+            out = params[-1].shape[0] if self.proj else HIDDEN
+            h0 = x.new_ones(1, b, out) if self.random_h0 else x.new_zeros(1, b, out)
+            hx = (h0, x.new_zeros(1, b, HIDDEN))
+            y, h, c = torch.lstm(x, hx, params, True, 1, 0.0, False, False, False)
+            return y, h, c
+        y, h = torch.gru(x, x.new_zeros(1, b, HIDDEN), params, True, 1, 0.0, False, False, False)
+        return y, h
+
+
+@pytest.mark.parametrize("kind,proj", [("lstm", False), ("lstm", True), ("gru", False)])
+def test_weights_as_inputs(tmp_onnx, kind, proj):
+    torch.manual_seed(0)
+    ref = (torch.nn.LSTM(INPUT, HIDDEN, proj_size=3 if proj else 0) if kind == "lstm" else
+           torch.nn.GRU(INPUT, HIDDEN))
+    params = [p.detach().clone() for p in ref._flat_weights]
+    model = Functional(kind, proj)
+    x = torch.randn(5, 3, INPUT)
+    seq, batch = Dim("seq"), Dim("batch")
+    pt2onnx.export(model, (x, *params), tmp_onnx,
+                   dynamic_shapes=({0: seq, 1: batch},) + (None,) * len(params))
+    mp = onnx.load(tmp_onnx)
+    assert len(mp.graph.input) == 1 + len(params)
+    for s, b in OTHER_SIZES:
+        inputs = {i.name: t for i, t in zip(mp.graph.input, (torch.randn(s, b, INPUT), *params))}
+        assert_matches(model, tmp_onnx, inputs)
+
+
+def test_proj_size_state_needs_known_weights(tmp_onnx):
+    """proj_size with a non-zero h0 lifts h0 through W_hr's pseudo-inverse,
+    computed at conversion time: weights given as graph inputs cannot."""
+    torch.manual_seed(0)
+    params = [p.detach().clone() for p in torch.nn.LSTM(INPUT, HIDDEN, proj_size=3)._flat_weights]
+    model = Functional("lstm", proj=True, random_h0=True)
+    with pytest.raises(pt2onnx.ConversionError, match="proj_size and a non-zero initial state"):
+        pt2onnx.export(model, (torch.randn(5, 3, INPUT), *params), tmp_onnx)
+
+
+def test_module_called_twice_shares_weights(tmp_onnx):
+    """Two calls of one module: the re-laid-out weights are made once."""
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = torch.nn.LSTM(INPUT, HIDDEN, 2, bidirectional=True, proj_size=3)
+
+        def forward(self, x, h, c):
+            y1, _ = self.rnn(x, (h, c))
+            y2, _ = self.rnn(x.flip(0), (h, c))
+            return y1 + y2
+
+    torch.manual_seed(0)
+    model = Twice().eval()
+    args = (torch.randn(5, 3, INPUT), torch.randn(4, 3, 3), torch.randn(4, 3, HIDDEN))
+    batch = Dim("batch")
+    pt2onnx.export(model, args, tmp_onnx, dynamic_shapes={"x": {0: Dim("seq"), 1: batch},
+                                                          "h": {1: batch}, "c": {1: batch}})
+    mp = onnx.load(tmp_onnx)
+    names = sorted(i.name for i in mp.graph.initializer if "onnx_" in i.name)
+    # W, R, B, P, M for each of the two layers, once.
+    assert len(names) == 10, names
+    assert [n.op_type for n in mp.graph.node].count("LSTM") == 4
+    assert_matches(model, tmp_onnx, {"x": torch.randn(7, 2, INPUT), "h": torch.randn(4, 2, 3),
+                                     "c": torch.randn(4, 2, HIDDEN)})
