@@ -75,6 +75,9 @@ def _detect_is_causal_mask(original):
     from torch._subclasses.fake_tensor import is_fake
 
     def detect(mask, is_causal=None, size=None):
+        # Non-strict capture only (strict capture traces torch's function).
+        if torch.compiler.is_dynamo_compiling():
+            return original(mask, is_causal, size)
         if is_causal is None and mask is not None and is_fake(mask):
             return False
         return original(mask, is_causal, size)

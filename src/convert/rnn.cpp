@@ -11,11 +11,21 @@
 //
 // Re-layout: when the weights are initializers (parameters, always the case
 // for nn modules) the re-laid-out tensors are made here, at conversion time,
-// as new owned initializers (the originals then have no reader and are not
+// as new owned initializers, once per layer and parameter set (the originals
+// then have no reader: the optimizer drops them; with optimize=False both are
 // written). That costs one copy of the recurrent weights during export, and
 // gives a graph with no re-layout nodes, which no pass would fold (weights are
-// never folded). Weights that are graph inputs are re-laid out with Split /
-// Concat / Unsqueeze / MatMul nodes instead.
+// never folded) and every runtime would redo at load. Weights that are graph
+// inputs are re-laid out with Split / Concat / Unsqueeze / MatMul nodes.
+//
+// Types: onnxruntime's CPU LSTM / GRU / RNN are float32 only, so every
+// recurrent layer computes in float32 (float64 and half types cast around
+// it); cells compute in float32 or float64.
+//
+// Capture: torch.export computes these ops' output shapes by running their
+// decomposition, which loops over time and fixes the sequence length;
+// pt2onnx.export captures under capture_rules() (python/pt2onnx/
+// _capture_rules.py), which gives the shapes directly.
 //
 // LSTM with proj_size: ONNX's LSTM has no projection, but the recurrence only
 // reads the projected state through R: W_hh (W_hr h') = (W_hh W_hr) h'. So the
