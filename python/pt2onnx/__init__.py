@@ -8,10 +8,12 @@ Capture uses torch.export; everything after capture runs in C++.
 """
 
 from ._core import MAX_OPSET, MIN_OPSET, ConversionError, __version__, supported_targets
+from ._capture_rules import capture_rules
 from ._export import DEFAULT_OPSET, ExportResult, export
 
 __all__ = [
     "export",
+    "capture_rules",
     "ExportResult",
     "ConversionError",
     "supported_targets",

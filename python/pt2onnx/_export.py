@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from . import _core
+from ._capture_rules import capture_rules
 
 DEFAULT_OPSET = 18
 
@@ -393,7 +394,9 @@ def export(
         )
     with _CAPTURE_LOCK:
         if not isinstance(model, torch.export.ExportedProgram):
-            ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
+            with capture_rules():
+                ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds,
+                                         strict=strict)
         t1 = time.perf_counter()
         program_json = _serialize(ep)
         weights, keep_alive = _weight_views(ep)

@@ -78,6 +78,7 @@ const Registry& registry() {
     register_random(x);
     register_reduce(x);
     register_resize(x);
+    register_rnn(x);
     register_shape(x);
     register_signal(x);
     register_sort(x);

@@ -71,6 +71,7 @@ void register_pool(Registry& r);
 void register_random(Registry& r);
 void register_reduce(Registry& r);
 void register_resize(Registry& r);
+void register_rnn(Registry& r);
 void register_shape(Registry& r);
 void register_signal(Registry& r);
 void register_sort(Registry& r);
