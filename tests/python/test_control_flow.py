@@ -326,3 +326,23 @@ def test_unsupported_op_in_branch_is_reported(tmp_onnx):
     with pytest.raises(pt2onnx.ConversionError, match="matrix_exp"):
         pt2onnx.export(M(), (torch.randn(2, 2),), tmp_onnx)
     assert not os.path.exists(tmp_onnx)
+
+
+def test_readme_example(tmp_path, monkeypatch):
+    """The README's control-flow example runs as printed and gives an If."""
+    import os
+    import re
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    section = readme.split("### Control flow, data-dependent shapes, recurrent layers", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    m = onnx.load(str(tmp_path / "early_exit.onnx"))
+    assert [n.op_type for n in m.graph.node].count("If") == 1
+    model = scope["model"]
+    for x in (torch.rand(3, 8), -torch.rand(5, 8)):  # both branches
+        _, (got,) = run_ort(str(tmp_path / "early_exit.onnx"), {"x": x.numpy()})
+        with torch.no_grad():
+            np.testing.assert_allclose(got, model(x).numpy(), atol=1e-5, rtol=1e-5)
