@@ -34,7 +34,8 @@ void check_supported(const schema::Program& prog, int opset) {
     for (auto& n : g->nodes) {
       for (auto& in : n.inputs)
         if (in.arg.kind == ArgKind::Graph && in.arg.graph) graphs.push_back(in.arg.graph.get());
-      if (converts(n.target, opset)) continue;
+      // Wrappers nested in a graph argument are inlined when it converts.
+      if (converts(n.target, opset) || is_wrapper_target(n.target)) continue;
       Missing& m = missing[n.target];
       if (m.count++ == 0) {
         m.where = n.source_line();

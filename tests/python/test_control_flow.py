@@ -122,6 +122,36 @@ def test_cond_reads_symbolic_sizes(tmp_onnx):
                      dynamic_shapes=({0: batch},))
 
 
+class CondInplaceNoGrad(torch.nn.Module):
+    """Branches as real modules write them: in-place ops (ReLU(inplace=True),
+    add_, a write through a view) in one, a no-grad block (the wrapper
+    torch.export records around it) in the other."""
+
+    def __init__(self):
+        super().__init__()
+        self.act = torch.nn.ReLU(inplace=True)
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        def true_fn(x):
+            y = self.lin(x)
+            self.act(y)
+            y.add_(1)
+            y[0].fill_(2.0)
+            return y
+
+        def false_fn(x):
+            with torch.no_grad():
+                return x.sin() * 2
+
+        return torch.cond(x.sum() > 0, true_fn, false_fn, (x,))
+
+
+def test_cond_branches_with_inplace_ops_and_no_grad(tmp_onnx):
+    export_and_check(CondInplaceNoGrad(), (torch.rand(2, 3),), tmp_onnx,
+                     [(torch.rand(2, 3),), (-torch.rand(2, 3),)])
+
+
 class NestedCond(torch.nn.Module):
     def forward(self, x, k):
         def inner_true(x, k):
