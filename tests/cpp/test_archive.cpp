@@ -121,6 +121,19 @@ TEST(HostileCorpus, ValidArchiveConvertsFromFileAndMemory) {
   EXPECT_EQ(r.timings.front().first, "open");
 }
 
+TEST(HostileCorpus, ControlFlowArchiveConverts) {
+  // cond, while_loop and scan (tests/python/make_hostile_corpus.py): If, Loop
+  // and Scan nodes, their bodies written as graph attributes.
+  std::string out = temp_output();
+  Result r = convert((corpus_dir() / "valid_control_flow.pt2").string(), out, Options{});
+  std::ifstream f(out, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  fs::remove(out);
+  EXPECT_EQ(r.nodes, 9u);
+  for (const char* op : {"If", "Loop", "Scan", "then_branch", "else_branch", "body"})
+    EXPECT_NE(bytes.find(op), std::string::npos) << op;
+}
+
 TEST(HostileCorpus, InspectValidArchive) {
   ArchiveInfo info = inspect((corpus_dir() / "valid.pt2").string(), 18);
   EXPECT_EQ(info.schema_major, 8);

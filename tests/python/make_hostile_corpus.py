@@ -36,6 +36,33 @@ def valid_archive() -> bytes:
     return buf.getvalue()
 
 
+class ControlFlow(nn.Module):
+    """cond, while_loop and scan in one small model: seeds the fuzzer with
+    nested graphs and gives the C++ tests a control-flow archive."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, n):
+        from torch._higher_order_ops.scan import scan
+        from torch._higher_order_ops.while_loop import while_loop
+
+        y = torch.cond(x.sum() > 0, lambda x: self.fc(x).relu(), lambda x: x * 2, (x,))
+        _, y = while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * 0.5),
+                          (torch.zeros((), dtype=torch.int64), y))
+        s, ys = scan(lambda c, r: (c + r, c * r), torch.zeros(4), x)
+        return y + s, ys
+
+
+def control_flow_archive() -> bytes:
+    torch.manual_seed(0)
+    ep = torch.export.export(ControlFlow().eval(), (torch.randn(2, 4), torch.tensor(3)))
+    buf = io.BytesIO()
+    torch.export.save(ep, buf)
+    return buf.getvalue()
+
+
 def entries(data: bytes):
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         return [(i.filename, z.read(i.filename)) for i in z.infolist()]
@@ -197,6 +224,29 @@ def main():
     cases["major_wraps.pt2"] = (
         rezip(edit_json(items, model, major_wraps)), "major: integer 4294967304 out of range")
 
+    cf = entries(control_flow_archive())
+    cf_model = cf[0][0].split("/")[0] + "/models/model.json"
+
+    def branch_arity(ep):
+        for n in ep["graph_module"]["graph"]["nodes"]:
+            if n["target"] == "torch.ops.higher_order.cond":
+                n["inputs"][1]["arg"]["as_graph"]["graph"]["inputs"].append(
+                    {"as_tensor": {"name": "extra"}})
+        return ep
+
+    cases["cond_branch_arity.pt2"] = (
+        rezip(edit_json(cf, cf_model, branch_arity)), "takes 4 inputs but 3 are given")
+
+    def loop_body_unknown_value(ep):
+        for n in ep["graph_module"]["graph"]["nodes"]:
+            if n["target"] == "torch.ops.higher_order.while_loop":
+                body = n["inputs"][1]["arg"]["as_graph"]["graph"]
+                body["nodes"][0]["inputs"][0]["arg"] = {"as_tensor": {"name": "nowhere"}}
+        return ep
+
+    cases["loop_body_unknown_value.pt2"] = (
+        rezip(edit_json(cf, cf_model, loop_body_unknown_value)), "undefined value 'nowhere'")
+
     def drop_output_meta(ep):
         del ep["graph_module"]["graph"]["tensor_values"]["relu"]
         return ep
@@ -212,6 +262,8 @@ def main():
             f.write(f"{name}\t{msg}\n")
     with open(os.path.join(OUT, "valid.pt2"), "wb") as f:
         f.write(good)
+    with open(os.path.join(OUT, "valid_control_flow.pt2"), "wb") as f:
+        f.write(rezip(cf))
 
 
 if __name__ == "__main__":
