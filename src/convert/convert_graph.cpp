@@ -8,6 +8,7 @@
 #include "convert/inline_wrappers.h"
 #include "convert/mutation.h"
 #include "convert/registry.h"
+#include "schema/treespec.h"
 
 namespace pt2onnx {
 
@@ -101,6 +102,43 @@ void check_weight(const std::string& fqn, const WeightView& w, const schema::Ten
   if (*need > 0 && !w.data) bad("no data");
 }
 
+// The ONNX name of each user-facing input spec (user and constant inputs,
+// the leaves of in_spec), by index into prog.input_specs: the pytree path
+// under the forward argument (schema/treespec.h), or the placeholder's name
+// when the program has no usable spec.
+std::map<size_t, std::string> input_leaf_names(const schema::Program& prog) {
+  std::vector<size_t> leaves;
+  for (size_t i = 0; i < prog.input_specs.size(); ++i)
+    if (prog.input_specs[i].kind == InputSpec::Kind::UserInput ||
+        prog.input_specs[i].kind == InputSpec::Kind::ConstantInput)
+      leaves.push_back(i);
+  std::map<size_t, std::string> r;
+  std::vector<std::string> names;
+  if (prog.in_spec) names = schema::input_leaf_names(*prog.in_spec, prog.forward_arg_names);
+  for (size_t k = 0; k < leaves.size(); ++k)
+    r[leaves[k]] = names.size() == leaves.size() ? names[k] : prog.input_specs[leaves[k]].arg_name;
+  return r;
+}
+
+// The ONNX name of each user output spec (the leaves of out_spec, None ones
+// included), by index into prog.output_specs.
+std::map<size_t, std::string> output_leaf_names(const schema::Program& prog) {
+  std::vector<size_t> leaves;
+  std::vector<std::string> fx;
+  for (size_t i = 0; i < prog.output_specs.size(); ++i)
+    if (prog.output_specs[i].kind == OutputSpec::Kind::UserOutput) {
+      leaves.push_back(i);
+      const auto& a = prog.output_specs[i].arg;
+      fx.push_back(a.kind == ArgKind::None ? std::string() : a.name);
+    }
+  std::map<size_t, std::string> r;
+  std::vector<std::string> names;
+  if (prog.out_spec) names = schema::output_leaf_names(*prog.out_spec, fx);
+  for (size_t k = 0; k < leaves.size(); ++k)
+    r[leaves[k]] = names.size() == leaves.size() ? names[k] : fx[k];
+  return r;
+}
+
 }  // namespace
 
 bool is_ignored_target(const std::string& target) {
@@ -136,19 +174,27 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
   schema::Node no_node;
   Ctx top(b, prog, no_node, env);
 
+  const std::map<size_t, std::string> in_leaf_names = input_leaf_names(prog);
+  const std::map<size_t, std::string> out_leaf_names = output_leaf_names(prog);
+
   // dim_param names: a named axis maps its (single) free symbol to the name.
-  // Every name must find its input and axis (either sign): a dropped one
-  // would silently give a static model.
+  // Every name must find its input (by placeholder or by flattened input
+  // name) and axis (either sign): a dropped one would silently give a static
+  // model.
   for (auto& [input, axes] : opt.input_dim_names) {
     const InputSpec* spec = nullptr;
-    for (auto& sp : prog.input_specs)
-      if (sp.kind == InputSpec::Kind::UserInput && sp.arg_name == input) spec = &sp;
-    auto meta = prog.graph.tensor_values.find(input);
+    for (size_t i = 0; i < prog.input_specs.size(); ++i) {
+      auto& sp = prog.input_specs[i];
+      if (sp.kind == InputSpec::Kind::UserInput &&
+          (sp.arg_name == input || in_leaf_names.at(i) == input))
+        spec = &sp;
+    }
+    auto meta = prog.graph.tensor_values.find(spec ? spec->arg_name : input);
     if (!spec || meta == prog.graph.tensor_values.end()) {
       std::string known;
-      for (auto& sp : prog.input_specs)
-        if (sp.kind == InputSpec::Kind::UserInput)
-          known += (known.empty() ? "" : ", ") + std::string("'") + sp.arg_name + "'";
+      for (size_t i = 0; i < prog.input_specs.size(); ++i)
+        if (prog.input_specs[i].kind == InputSpec::Kind::UserInput)
+          known += (known.empty() ? "" : ", ") + std::string("'") + in_leaf_names.at(i) + "'";
       throw Error("dynamic axes name the input '" + input +
                   "', which the program does not have (its inputs: " +
                   (known.empty() ? std::string("none") : known) + ")");
@@ -185,7 +231,8 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
 
   // ---- inputs: weights become initializers, user inputs graph inputs
   size_t user_index = 0;
-  for (auto& spec : prog.input_specs) {
+  for (size_t spec_index = 0; spec_index < prog.input_specs.size(); ++spec_index) {
+    const InputSpec& spec = prog.input_specs[spec_index];
     switch (spec.kind) {
       case InputSpec::Kind::Parameter:
       case InputSpec::Kind::Buffer:
@@ -220,18 +267,31 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
         break;
       }
       case InputSpec::Kind::UserInput: {
-        if (spec.arg.kind != ArgKind::Tensor)
-          throw Error("user input " + std::to_string(user_index) + " is " + spec.arg.variant +
-                      "; only tensor inputs are supported");
-        auto meta = prog.graph.tensor_values.find(spec.arg_name);
-        if (meta == prog.graph.tensor_values.end())
-          throw Error("program has no metadata for input '" + spec.arg_name + "'");
-        std::string name =
-            user_index < opt.input_names.size() ? opt.input_names[user_index] : spec.arg_name;
-        if (b.name_taken(name) && name != spec.arg_name)
-          throw Error("input name '" + name + "' clashes with another value of the graph");
-        b.add_input(name, top.meta_type(meta->second));
-        env.values[spec.arg_name] = name;
+        // A SymInt input (an int argument torch.export keeps dynamic) is a
+        // 0-d int64 graph input; the graph reads it as a SymInt (1-D int64).
+        bool symint = spec.arg.kind == ArgKind::SymInt && spec.arg.symints.size() == 1 &&
+                      !spec.arg.symints[0].name.empty();
+        if (spec.arg.kind != ArgKind::Tensor && !symint)
+          throw Error("user input " + std::to_string(user_index) + " ('" + spec.arg_name +
+                      "') is " + spec.arg.variant +
+                      "; only tensor and int inputs become ONNX inputs");
+        std::string fx = symint ? spec.arg.symints[0].name : spec.arg_name;
+        ValueType type{DType::Int64, Shape{}};
+        if (!symint) {
+          auto meta = prog.graph.tensor_values.find(fx);
+          if (meta == prog.graph.tensor_values.end())
+            throw Error("program has no metadata for input '" + fx + "'");
+          type = top.meta_type(meta->second);
+        }
+        bool given = user_index < opt.input_names.size();
+        std::string name = given ? opt.input_names[user_index] : in_leaf_names.at(spec_index);
+        if (b.name_taken(name) && name != fx) {
+          if (given)
+            throw Error("input name '" + name + "' clashes with another value of the graph");
+          name = b.fresh_name(name);
+        }
+        b.add_input(name, type);
+        env.values[fx] = symint ? b.op("Reshape", {name, b.const_i64({1})}) : name;
         ++user_index;
         break;
       }
@@ -291,8 +351,10 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
   // User outputs in order, then the buffers and user inputs the program
   // mutates (run_decompositions() names them in the signature), as
   // "<buffer or input>_updated" outputs: ONNX graphs have no state.
-  auto emit = [&](const OutputSpec& spec, bool user) {
+  auto emit = [&](size_t spec_index, bool user) {
+    const OutputSpec& spec = prog.output_specs[spec_index];
     const auto& a = spec.arg;
+    if (user && a.kind == ArgKind::None) return;  // a None in the returned structure
     if (a.kind != ArgKind::Tensor)
       throw Error("output " + std::to_string(out_index) + " is " + a.variant +
                   "; ONNX outputs must be tensors (return tensors from forward)");
@@ -301,7 +363,7 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
     std::string value = it->second;
     std::string name = !user                                 ? spec.target + "_updated"
                        : out_index < opt.output_names.size() ? opt.output_names[out_index]
-                                                             : a.name;
+                                                             : out_leaf_names.at(spec_index);
     if (!user && b.is_used(name)) name = b.fresh_name(name);
     auto meta = prog.graph.tensor_values.find(a.name);
     if (meta == prog.graph.tensor_values.end())
@@ -338,8 +400,11 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
         for (auto& [k, v] : env.values)
           if (v == value) v = name;
       } else {
-        if (b.is_used(name) && !freed)
-          throw Error("output name '" + name + "' clashes with another value of the graph");
+        if (b.is_used(name) && !freed) {
+          if (!user || out_index < opt.output_names.size())
+            throw Error("output name '" + name + "' clashes with another value of the graph");
+          name = b.fresh_name(name);  // a derived name (a dict key) taken by an input / weight
+        }
         b.claim_name(name);
         identity_to(value, name, t);
       }
@@ -353,12 +418,12 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
     output_set.insert(name);
     if (user) ++out_index;
   };
-  for (auto& spec : prog.output_specs)
-    if (spec.kind == OutputSpec::Kind::UserOutput) emit(spec, true);
-  for (auto& spec : prog.output_specs)
-    if (spec.kind == OutputSpec::Kind::BufferMutation ||
-        spec.kind == OutputSpec::Kind::UserInputMutation)
-      emit(spec, false);
+  for (size_t i = 0; i < prog.output_specs.size(); ++i)
+    if (prog.output_specs[i].kind == OutputSpec::Kind::UserOutput) emit(i, true);
+  for (size_t i = 0; i < prog.output_specs.size(); ++i)
+    if (prog.output_specs[i].kind == OutputSpec::Kind::BufferMutation ||
+        prog.output_specs[i].kind == OutputSpec::Kind::UserInputMutation)
+      emit(i, false);
   if (out_index < opt.output_names.size())
     throw Error("output_names has " + std::to_string(opt.output_names.size()) +
                 " names but the model has " + std::to_string(out_index) + " outputs");
