@@ -208,13 +208,32 @@ def _dynamic_shapes(model, args, kwargs, dynamic_shapes, dynamic_axes, input_nam
     n_pos = len(args)
     ds: dict[str, Any] = {}
     known = set()
+
+    def nested(value, name):
+        # Tensors inside tuples / lists / dicts, by their flattened ONNX
+        # names (`past.0.0`, `cache.key`: the C++ core's naming).
+        if isinstance(value, torch.Tensor):
+            if name not in dynamic_axes:
+                return None
+            known.add(name)
+            in_names[name] = axes_of(name, dynamic_axes[name], value)
+            return {a: torch.export.Dim.DYNAMIC for a in in_names[name]}
+        if isinstance(value, (tuple, list)):
+            kids = [nested(v, f"{name}.{i}") for i, v in enumerate(value)]
+            return None if all(k is None for k in kids) else (
+                tuple(kids) if isinstance(value, tuple) else kids)
+        if isinstance(value, Mapping):
+            kids = {k: nested(v, f"{name}.{k}") for k, v in value.items()}
+            return None if all(k is None for k in kids.values()) else kids
+        return None
+
     for i, p in enumerate(params):
         if i >= n_pos and p not in (kwargs or {}):
             continue
         alias = user_in[i] if i < len(user_in) else p
         key = alias if alias in dynamic_axes else (p if p in dynamic_axes else None)
         if key is None:
-            ds[p] = None
+            ds[p] = nested(values.get(p), p)
             continue
         known.add(key)
         axes = axes_of(key, dynamic_axes[key], values.get(p))

@@ -301,3 +301,17 @@ def test_scalar_the_python_code_depends_on_is_a_constant_with_a_warning(tmp_onnx
     assert names(tmp_onnx)[0] == ["x"]
     x2 = torch.randn(2, 3)
     check(run(tmp_onnx, {"x": x2}), LoopBound()(x2, 3))
+
+
+def test_dynamic_axes_name_nested_inputs_by_flattened_name(tmp_onnx):
+    m = Nested().eval()
+    args, kwargs = nested_inputs(batch=3)
+    axes = {n: {0: "batch"} for n in ["x", "past.0.0", "past.0.1", "past.1.0", "past.1.1",
+                                      "cache.key", "extra.0"]}
+    pt2onnx.export(m, args, tmp_onnx, kwargs=kwargs, dynamic_axes=axes)
+    s = ort_session(tmp_onnx)
+    assert [i.shape for i in s.get_inputs()] == [["batch", 4]] * 7
+    args2, kwargs2 = nested_inputs(batch=6, seed=4)
+    check(run(tmp_onnx, nested_feeds(args2, kwargs2)), m(*args2, **kwargs2))
+    with pytest.raises(ValueError, match=r"names no input or output: \['past.2.0'\]"):
+        pt2onnx.export(m, args, tmp_onnx, kwargs=kwargs, dynamic_axes={"past.2.0": [0]})
