@@ -222,6 +222,21 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
     }
   }
 
+  // An int input (a SymInt) names its symbol: dims computed from it read
+  // `n`, `2*n`, not torch's `s86`. Dim names given by the user come first.
+  for (size_t i = 0, k = 0; i < prog.input_specs.size(); ++i) {
+    const InputSpec& sp = prog.input_specs[i];
+    if (sp.kind != InputSpec::Kind::UserInput) continue;
+    size_t index = k++;
+    if (sp.arg.kind != ArgKind::SymInt || sp.arg.symints.size() != 1) continue;
+    auto v = prog.graph.sym_int_values.find(sp.arg.symints[0].name);
+    if (v == prog.graph.sym_int_values.end() || !v->second.expr || !v->second.expr->is_symbol())
+      continue;
+    env.symbol_names.emplace(v->second.expr->text, index < opt.input_names.size()
+                                                       ? opt.input_names[index]
+                                                       : in_leaf_names.at(i));
+  }
+
   for (auto& n : prog.graph.nodes)
     for (auto& o : n.outputs) {
       if (!o.name.empty()) b.reserve_name(o.name);

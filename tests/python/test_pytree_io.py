@@ -216,6 +216,8 @@ def test_scalar_int_and_float_inputs_take_new_values(tmp_onnx):
     inputs = {i.name: (i.type, i.shape) for i in s.get_inputs()}
     assert inputs == {"x": ("tensor(float)", [3, 8]), "n": ("tensor(int64)", []),
                       "scale": ("tensor(float)", []), "offset": ("tensor(int64)", [])}
+    # Dims computed from an int input are named after it.
+    assert [o.shape for o in s.get_outputs()] == [[3, "n"], ["n", 2], ["n"]]
     x2 = torch.randn(3, 8)
     for n, scale, offset in [(4, 0.5, 2), (2, -1.25, 7), (8, 3.0, -1)]:
         got = run(tmp_onnx, {"x": x2, "n": np.array(n, np.int64),
