@@ -288,12 +288,24 @@ def _scalar_inputs(model, args, kwargs, ds):
     float inputs' pytree paths)."""
     import torch.utils._pytree as pytree
 
-    values = _bound_inputs(model, args, kwargs)
-    for path, v in pytree.tree_flatten_with_path(values)[0]:
+    params = _forward_params(model)
+
+    def key(k):
+        for attr in ("idx", "key", "name"):
+            if hasattr(k, attr):
+                return str(getattr(k, attr))
+        return str(k)
+
+    for path, v in pytree.tree_flatten_with_path((args, kwargs or {}))[0]:
         if isinstance(v, bool):
-            where = str(path[0].key) + pytree.keystr(path[1:])
+            # Named as the ONNX input would be: forward's argument, then the path.
+            i = path[1].idx if path[0].idx == 0 else None
+            root = (params[i] if i < len(params) else f"input_{i}") if i is not None \
+                else key(path[1])
+            where = ".".join([root] + [key(k) for k in path[2:]])
             warnings.warn(f"pt2onnx: input '{where}' is a bool: it is exported as the constant "
                           f"{v}, not as an input (pass a tensor to make it one)", stacklevel=4)
+    values = _bound_inputs(model, args, kwargs)
     if values and _has_leaf(values, _is_int):
         if ds is None:
             ds = {p: _int_dims(None, v) for p, v in values.items()}

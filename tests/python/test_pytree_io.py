@@ -317,3 +317,31 @@ def test_dynamic_axes_name_nested_inputs_by_flattened_name(tmp_onnx):
     check(run(tmp_onnx, nested_feeds(args2, kwargs2)), m(*args2, **kwargs2))
     with pytest.raises(ValueError, match=r"names no input or output: \['past.2.0'\]"):
         pt2onnx.export(m, args, tmp_onnx, kwargs=kwargs, dynamic_axes={"past.2.0": [0]})
+
+
+def test_transformers_model_output(tmp_onnx):
+    # A real ModelOutput (CausalLMOutputWithPast): leaves named by key, the
+    # None past_key_values dropped, bool flags constants (with a warning).
+    from opinfo_harness import hide_torchvision_ops
+
+    hide_torchvision_ops()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=64)
+    m = LlamaForCausalLM(cfg).eval()
+    kwargs = {"input_ids": torch.randint(0, 128, (2, 7)), "use_cache": False,
+              "output_hidden_states": True}
+    with pytest.warns(UserWarning, match="input 'use_cache' is a bool"):
+        pt2onnx.export(m, (), tmp_onnx, kwargs=kwargs)
+    assert names(tmp_onnx) == (["input_ids"], ["logits", "hidden_states.0", "hidden_states.1",
+                                               "hidden_states.2"])
+    ids = torch.randint(0, 128, (2, 7))
+    with torch.no_grad():
+        expected = m(input_ids=ids, use_cache=False, output_hidden_states=True)
+    got = run(tmp_onnx, {"input_ids": ids})
+    assert len(got) == 4
+    for g, e in zip(got, [expected.logits, *expected.hidden_states]):
+        np.testing.assert_allclose(g, e.numpy(), atol=1e-4, rtol=1e-4)
