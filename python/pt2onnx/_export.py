@@ -379,8 +379,9 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
         # an `if`): torch.export's own behaviour, the scalars as constants.
         why = (str(e).strip().splitlines() or [type(e).__name__])[0]
         warnings.warn("pt2onnx: the int / float inputs are exported as constants (their example "
-                      "values): torch.export could not keep them inputs, the model's Python code "
-                      f"depends on their values ({why})", stacklevel=3)
+                      f"values): torch.export could not keep them inputs ({why}); usually the "
+                      "model's Python code depends on their values (a loop bound, an `if`)",
+                      stacklevel=3)
         ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
     return ep, in_dim_names, out_dim_names
 
