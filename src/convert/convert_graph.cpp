@@ -129,7 +129,7 @@ std::map<size_t, std::string> output_leaf_names(const schema::Program& prog) {
     if (prog.output_specs[i].kind == OutputSpec::Kind::UserOutput) {
       leaves.push_back(i);
       const auto& a = prog.output_specs[i].arg;
-      fx.push_back(a.kind == ArgKind::None ? std::string() : a.name);
+      fx.push_back(a.kind == ArgKind::SymInt && a.symints.size() == 1 ? a.symints[0].name : a.name);
     }
   std::map<size_t, std::string> r;
   std::vector<std::string> names;
@@ -370,20 +370,40 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
     const OutputSpec& spec = prog.output_specs[spec_index];
     const auto& a = spec.arg;
     if (user && a.kind == ArgKind::None) return;  // a None in the returned structure
-    if (a.kind != ArgKind::Tensor)
-      throw Error("output " + std::to_string(out_index) + " is " + a.variant +
-                  "; ONNX outputs must be tensors (return tensors from forward)");
-    auto it = env.values.find(a.name);
-    if (it == env.values.end()) throw Error("output '" + a.name + "' was never produced");
-    std::string value = it->second;
+    std::string value;
+    ValueType t;
+    if (user && (a.kind == ArgKind::Int || (a.kind == ArgKind::SymInt && a.symints.size() == 1 &&
+                                            (a.symints[0].value || !a.symints[0].name.empty())))) {
+      // An int forward returns (a size, n + 1): a 0-d int64 output.
+      std::string one;
+      if (a.kind == ArgKind::Int) {
+        one = b.const_i64({a.i});
+      } else if (a.symints[0].value) {
+        one = b.const_i64({*a.symints[0].value});
+      } else {
+        auto it = env.values.find(a.symints[0].name);
+        if (it == env.values.end())
+          throw Error("output '" + a.symints[0].name + "' was never produced");
+        one = it->second;
+      }
+      value = b.op("Reshape", {one, b.const_i64({})});
+      t = ValueType{DType::Int64, Shape{}};
+    } else {
+      if (a.kind != ArgKind::Tensor)
+        throw Error("output " + std::to_string(out_index) + " is " + a.variant +
+                    "; ONNX outputs must be tensors or ints (return tensors from forward)");
+      auto it = env.values.find(a.name);
+      if (it == env.values.end()) throw Error("output '" + a.name + "' was never produced");
+      value = it->second;
+      auto meta = prog.graph.tensor_values.find(a.name);
+      if (meta == prog.graph.tensor_values.end())
+        throw Error("output '" + a.name + "' has no tensor metadata (graph.tensor_values)");
+      t = top.meta_type(meta->second);
+    }
     std::string name = !user                                 ? spec.target + "_updated"
                        : out_index < opt.output_names.size() ? opt.output_names[out_index]
                                                              : out_leaf_names.at(spec_index);
     if (!user && b.is_used(name)) name = b.fresh_name(name);
-    auto meta = prog.graph.tensor_values.find(a.name);
-    if (meta == prog.graph.tensor_values.end())
-      throw Error("output '" + a.name + "' has no tensor metadata (graph.tensor_values)");
-    ValueType t = top.meta_type(meta->second);
     auto dn = user ? opt.output_dim_names.find(static_cast<int64_t>(out_index))
                    : opt.output_dim_names.end();
     if (dn != opt.output_dim_names.end() && t.shape)

@@ -96,7 +96,8 @@ void collect(const TreeSpec& t, std::vector<std::string>& path,
     return;
   }
   for (size_t i = 0; i < t.children.size(); ++i) {
-    path.push_back(t.keys.empty() ? std::to_string(i) : t.keys[i]);
+    // An empty key ("" in a dict) would give an empty or dangling name: its position.
+    path.push_back(t.keys.empty() || t.keys[i].empty() ? std::to_string(i) : t.keys[i]);
     collect(t.children[i], path, out);
     path.pop_back();
   }

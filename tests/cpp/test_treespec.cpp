@@ -66,6 +66,9 @@ TEST(TreeSpec, OutputNames) {
           {l, l})),
       "o");
   EXPECT_EQ(output_leaf_names(dd, {"x", "y"}), (Names{"p", "3"}));
+  // An empty key is named by its position.
+  TreeSpec ek = parse_treespec(spec(node("builtins.dict", R"("[\"\", \"b\"]")", {l, l})), "o");
+  EXPECT_EQ(output_leaf_names(ek, {"x", "y"}), (Names{"0", "b"}));
   // A registered namedtuple's context is its type name: positional.
   TreeSpec nt =
       parse_treespec(spec(node("collections.namedtuple", R"("\"m.NT\"")", {l, tuple({l})})), "o");

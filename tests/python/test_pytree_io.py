@@ -345,3 +345,38 @@ def test_transformers_model_output(tmp_onnx):
     assert len(got) == 4
     for g, e in zip(got, [expected.logits, *expected.hidden_states]):
         np.testing.assert_allclose(g, e.numpy(), atol=1e-4, rtol=1e-4)
+
+
+class IntOutputs(torch.nn.Module):
+    def forward(self, x, n):
+        return {"y": x * n, "len": x.shape[0], "n1": n + 1, "k": 7,
+                "dims": [x.shape[1], x.shape[0] * 2]}
+
+
+def test_int_outputs_are_0d_int64(tmp_onnx):
+    m = IntOutputs()
+    x = torch.randn(3, 4)
+    ds = {"x": {0: Dim("b")}, "n": None}  # None: the int stays an input (Dim.STATIC: a constant)
+    pt2onnx.export(m, (x, 2), tmp_onnx, dynamic_shapes=ds)
+    s = ort_session(tmp_onnx)
+    assert [(o.name, o.type, o.shape) for o in s.get_outputs()] == [
+        ("y", "tensor(float)", ["b", 4]), ("len", "tensor(int64)", []),
+        ("n1", "tensor(int64)", []), ("k", "tensor(int64)", []),
+        ("dims.0", "tensor(int64)", []), ("dims.1", "tensor(int64)", [])]
+    x2 = torch.randn(5, 4)
+    got = run(tmp_onnx, {"x": x2, "n": np.array(3, np.int64)})
+    exp = m(x2, 3)
+    np.testing.assert_allclose(got[0], exp["y"].numpy(), rtol=1e-6)
+    assert [int(g) for g in got[1:]] == [5, 4, 7, 4, 10]
+    assert_same_both_ways(m, (x, 2), tmp_onnx, dynamic_shapes=ds)
+
+
+def test_dim_static_keeps_an_int_constant(tmp_onnx):
+    class Mul(torch.nn.Module):
+        def forward(self, x, n):
+            return x * n
+
+    x = torch.randn(3, 4)
+    pt2onnx.export(Mul(), (x, 2), tmp_onnx, dynamic_shapes={"x": None, "n": Dim.STATIC})
+    assert names(tmp_onnx)[0] == ["x"]
+    check(run(tmp_onnx, {"x": x}), Mul()(x, 2))
