@@ -380,3 +380,22 @@ def test_dim_static_keeps_an_int_constant(tmp_onnx):
     pt2onnx.export(Mul(), (x, 2), tmp_onnx, dynamic_shapes={"x": None, "n": Dim.STATIC})
     assert names(tmp_onnx)[0] == ["x"]
     check(run(tmp_onnx, {"x": x}), Mul()(x, 2))
+
+
+class FloatUses(torch.nn.Module):
+    def forward(self, x, i, f):
+        return x.half() * f, i * f, x.double() + f, torch.full((2,), f)
+
+
+def test_float_input_keeps_torch_type_promotion(tmp_onnx):
+    # A Python float promotes like a scalar (not a 0-d float32 tensor): the
+    # output dtypes are torch's.
+    x, i = torch.randn(3), torch.arange(3)
+    pt2onnx.export(FloatUses(), (x, i, 0.25), tmp_onnx)
+    s = ort_session(tmp_onnx)
+    assert [o.type for o in s.get_outputs()] == ["tensor(float16)", "tensor(float)",
+                                                 "tensor(double)", "tensor(float)"]
+    x2 = torch.randn(3)
+    check(run(tmp_onnx, {"x": x2, "i": i, "f": np.array(-1.5, np.float32)}),
+          FloatUses()(x2, i, -1.5))
+    assert_same_both_ways(FloatUses(), (x, i, 0.25), tmp_onnx)
