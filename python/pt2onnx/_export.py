@@ -3,12 +3,15 @@ zero-copy weight views to the C++ core. No conversion logic lives here."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
 import operator
 import os
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -81,6 +84,25 @@ def _check_axis(axis: Any, rank: int | None, where: str) -> int:
     return axis + rank if axis < 0 else axis
 
 
+def _nested_axes_spec(spec: Any, value: Any, where: str, key: str,
+                      in_names: dict[str, dict[int, str]]) -> Any:
+    """The torch.export form of one input's dynamic spec. Inside nested
+    inputs (tuples, lists, dicts of tensors) the spec mirrors the input; the
+    dim names of a tensor at path p of input `key` go to in_names under the
+    ONNX input's name, `key.p` (the C++ core's naming of flattened inputs)."""
+    if isinstance(value, (tuple, list)) and isinstance(spec, (tuple, list)) \
+            and len(spec) == len(value):
+        return type(spec)(_nested_axes_spec(s, v, f"{where}[{i}]", f"{key}.{i}", in_names)
+                          for i, (s, v) in enumerate(zip(spec, value)))
+    if isinstance(value, Mapping) and isinstance(spec, Mapping) and set(spec) <= set(value):
+        return {k: _nested_axes_spec(s, value[k], f"{where}[{k!r}]", f"{key}.{k}", in_names)
+                for k, s in spec.items()}
+    out, names = _axes_spec(spec, value, where)
+    if names:
+        in_names[key] = names
+    return out
+
+
 def _axes_spec(spec: Any, value: Any, where: str) -> tuple[Any, dict[int, str]]:
     """(torch.export form, {axis: name}) of one input's dynamic spec; axes are
     checked against `value` when it is a tensor."""
@@ -145,9 +167,8 @@ def _dynamic_shapes(model, args, kwargs, dynamic_shapes, dynamic_axes, input_nam
                 if params and key not in params:
                     raise ValueError(f"dynamic_shapes names {key!r}, which is not an argument of "
                                      f"forward (its arguments: {', '.join(params)})")
-                ds[key], names = _axes_spec(spec, values.get(key), f"dynamic_shapes[{key!r}]")
-                if names:
-                    in_names[key] = names
+                ds[key] = _nested_axes_spec(spec, values.get(key), f"dynamic_shapes[{key!r}]",
+                                            key, in_names)
             return ds, in_names, out_names
         if not isinstance(dynamic_shapes, (list, tuple)):
             raise TypeError("dynamic_shapes must be a dict keyed by forward's argument names or a "
@@ -158,10 +179,11 @@ def _dynamic_shapes(model, args, kwargs, dynamic_shapes, dynamic_axes, input_nam
         ds_l = []
         for i, spec in enumerate(dynamic_shapes):
             p = params[i] if i < len(params) else None
-            s, names = _axes_spec(spec, values.get(p) if p else None, f"dynamic_shapes[{i}]")
-            ds_l.append(s)
-            if names and p:
-                in_names[p] = names
+            if p:
+                ds_l.append(_nested_axes_spec(spec, values.get(p), f"dynamic_shapes[{i}]", p,
+                                              in_names))
+            else:
+                ds_l.append(_axes_spec(spec, None, f"dynamic_shapes[{i}]")[0])
         return type(dynamic_shapes)(ds_l), in_names, out_names
     if dynamic_axes is None:
         return None, in_names, out_names
@@ -187,13 +209,32 @@ def _dynamic_shapes(model, args, kwargs, dynamic_shapes, dynamic_axes, input_nam
     n_pos = len(args)
     ds: dict[str, Any] = {}
     known = set()
+
+    def nested(value, name):
+        # Tensors inside tuples / lists / dicts, by their flattened ONNX
+        # names (`past.0.0`, `cache.key`: the C++ core's naming).
+        if isinstance(value, torch.Tensor):
+            if name not in dynamic_axes:
+                return None
+            known.add(name)
+            in_names[name] = axes_of(name, dynamic_axes[name], value)
+            return {a: torch.export.Dim.DYNAMIC for a in in_names[name]}
+        if isinstance(value, (tuple, list)):
+            kids = [nested(v, f"{name}.{i}") for i, v in enumerate(value)]
+            return None if all(k is None for k in kids) else (
+                tuple(kids) if isinstance(value, tuple) else kids)
+        if isinstance(value, Mapping):
+            kids = {k: nested(v, f"{name}.{k}") for k, v in value.items()}
+            return None if all(k is None for k in kids.values()) else kids
+        return None
+
     for i, p in enumerate(params):
         if i >= n_pos and p not in (kwargs or {}):
             continue
         alias = user_in[i] if i < len(user_in) else p
         key = alias if alias in dynamic_axes else (p if p in dynamic_axes else None)
         if key is None:
-            ds[p] = None
+            ds[p] = nested(values.get(p), p)
             continue
         known.add(key)
         axes = axes_of(key, dynamic_axes[key], values.get(p))
@@ -207,6 +248,146 @@ def _dynamic_shapes(model, args, kwargs, dynamic_shapes, dynamic_axes, input_nam
     if unknown:
         raise ValueError(f"dynamic_axes names no input or output: {sorted(unknown)}")
     return ds, in_names, out_names
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int_dims(spec: Any, value: Any) -> Any:
+    """`spec` (the user's dynamic spec of one input, or None) with Dim.DYNAMIC
+    at every int inside `value`: torch.export then keeps the int a SymInt
+    input instead of inlining its example value."""
+    if _is_int(value):
+        return torch.export.Dim.DYNAMIC if spec is None else spec
+    if isinstance(value, torch.Tensor):
+        return spec
+    if isinstance(value, (tuple, list)) and (spec is None or isinstance(spec, (tuple, list))):
+        if spec is not None and len(spec) != len(value):
+            return spec
+        out = [_int_dims(None if spec is None else s, v)
+               for s, v in zip(spec if spec is not None else [None] * len(value), value)]
+        return out if isinstance(value, list) else tuple(out)
+    if isinstance(value, Mapping) and (spec is None or isinstance(spec, Mapping)):
+        return {k: _int_dims(None if spec is None else spec.get(k), v) for k, v in value.items()}
+    return spec
+
+
+def _has_leaf(value: Any, pred) -> bool:
+    import torch.utils._pytree as pytree
+
+    return any(pred(v) for v in pytree.tree_leaves(value))
+
+
+def _scalar_inputs(model, args, kwargs, ds):
+    """Python scalars in the inputs become ONNX inputs: ints stay dynamic
+    (Dim.DYNAMIC: a 0-d int64 input the graph reads wherever the int is
+    used), floats are passed as 0-d float32 tensors and turned back into
+    Python numbers (.item(), a SymFloat) by a wrapper of forward. Bools are
+    inlined by torch.export (a Python branch on them cannot become ONNX
+    data): a warning says so. Returns (dynamic_shapes, args, kwargs, the
+    float inputs' pytree paths)."""
+    import torch.utils._pytree as pytree
+
+    params = _forward_params(model)
+
+    def key(k):
+        for attr in ("idx", "key", "name"):
+            if hasattr(k, attr):
+                return str(getattr(k, attr))
+        return str(k)
+
+    for path, v in pytree.tree_flatten_with_path((args, kwargs or {}))[0]:
+        if isinstance(v, bool):
+            # Named as the ONNX input would be: forward's argument, then the path.
+            i = path[1].idx if path[0].idx == 0 else None
+            root = (params[i] if i < len(params) else f"input_{i}") if i is not None \
+                else key(path[1])
+            where = ".".join([root] + [key(k) for k in path[2:]])
+            warnings.warn(f"pt2onnx: input '{where}' is a bool: it is exported as the constant "
+                          f"{v}, not as an input (pass a tensor to make it one)", stacklevel=4)
+    values = _bound_inputs(model, args, kwargs)
+    if values and _has_leaf(values, _is_int):
+        if ds is None:
+            ds = {p: _int_dims(None, v) for p, v in values.items()}
+        elif isinstance(ds, Mapping):
+            ds = {p: _int_dims(ds.get(p), v) for p, v in values.items()}
+        elif isinstance(ds, (list, tuple)):
+            vals = list(values.values())
+            ds = type(ds)(_int_dims(s, vals[i]) if i < len(vals) else s for i, s in enumerate(ds))
+    floats = []
+
+    def wrap(path, v):
+        if isinstance(v, float):
+            floats.append(path)
+            return torch.tensor(v, dtype=torch.float32)
+        return v
+
+    args, kwargs = pytree.tree_map_with_path(wrap, (args, kwargs or {}))
+    return ds, args, kwargs, floats
+
+
+@contextlib.contextmanager
+def _float_inputs_as_items(model, float_paths):
+    """While capturing: forward gets back Python numbers (.item() of the 0-d
+    tensors the float inputs were passed as). The wrapper keeps forward's
+    signature, so argument names do not change."""
+    if not float_paths:
+        yield
+        return
+    import torch.utils._pytree as pytree
+
+    wanted = set(float_paths)
+    original = model.forward
+    had_attr = "forward" in model.__dict__
+
+    @functools.wraps(original)
+    def forward(*a, **k):
+        def unwrap(path, v):
+            return v.item() if path in wanted and isinstance(v, torch.Tensor) else v
+
+        a, k = pytree.tree_map_with_path(unwrap, (a, k))
+        return original(*a, **k)
+
+    model.forward = forward
+    try:
+        yield
+    finally:
+        if had_attr:
+            model.forward = original
+        else:
+            del model.forward
+
+
+def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
+             strict=False):
+    """torch.export.export of `model` as export() captures it (dynamic shapes,
+    scalar inputs), plus the dim names of inputs and outputs. Callers hold
+    _CAPTURE_LOCK; the tests save this capture to compare with the .pt2 path."""
+    ds, in_dim_names, out_dim_names = _dynamic_shapes(
+        model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names
+    )
+    sds, sargs, skwargs, float_paths = _scalar_inputs(model, args, kwargs, ds)
+    if sds is ds and not float_paths:
+        with capture_rules():
+            ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
+        return ep, in_dim_names, out_dim_names
+    try:
+        with _float_inputs_as_items(model, float_paths), capture_rules():
+            ep = torch.export.export(model, sargs, kwargs=skwargs, dynamic_shapes=sds,
+                                     strict=strict)
+    except Exception as e:  # noqa: BLE001 - retried as plain torch.export; its error is raised
+        # The model's Python code depends on a scalar's value (a loop bound,
+        # an `if`): torch.export's own behaviour, the scalars as constants.
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        warnings.warn("pt2onnx: the int / float inputs are exported as constants (their example "
+                      f"values): torch.export could not keep them inputs ({why}); usually the "
+                      "model's Python code depends on their values (a loop bound, an `if`)",
+                      stacklevel=3)
+        with capture_rules():
+            ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds,
+                                     strict=strict)
+    return ep, in_dim_names, out_dim_names
 
 
 def _weight_views(ep: torch.export.ExportedProgram):
@@ -274,8 +455,16 @@ def _plain_output_specs(ep: torch.export.ExportedProgram):
     plain tuples. Returns (entry, original spec) pairs to restore afterwards."""
     import torch.utils._pytree as pytree
 
-    def is_structseq(t):
-        return isinstance(t, type) and t.__module__ == "torch.return_types"
+    def is_structseq(spec):
+        # torch.return_types, and namedtuples registered with no serialization
+        # name (torch's serializer refuses them): positional, as tuples.
+        t = spec.type
+        if isinstance(t, type) and t.__module__ == "torch.return_types":
+            return True
+        if t is not getattr(pytree, "namedtuple", None):
+            return False
+        node = pytree.SUPPORTED_SERIALIZED_TYPES.get(spec.context)
+        return node is None or node.serialized_type_name == pytree.NO_SERIALIZED_TYPE_NAME_FOUND
 
     def kids(spec):
         return list(spec.children()) if hasattr(spec, "children") else spec.children_specs
@@ -283,7 +472,7 @@ def _plain_output_specs(ep: torch.export.ExportedProgram):
     def plain(spec):
         old = kids(spec)
         children = [plain(c) for c in old]
-        if is_structseq(spec.type):
+        if is_structseq(spec):
             return pytree.TreeSpec(tuple, None, children)
         if any(a is not b for a, b in zip(children, old)):
             return pytree.TreeSpec(spec.type, spec.context, children)
@@ -375,7 +564,6 @@ def export(
     fails; the previous file at `f`, if any, is then left as it was.
     """
     t0 = time.perf_counter()
-    ds = None
     opset = _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names,
                              external_data, optimize, strict)
     if not isinstance(args, tuple):
@@ -386,17 +574,13 @@ def export(
         if dynamic_shapes is not None or dynamic_axes is not None:
             raise ValueError("dynamic shapes are fixed at capture; pass them to torch.export")
         ep = model
-    else:
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be an nn.Module or ExportedProgram, not {type(model)}")
-        ds, in_dim_names, out_dim_names = _dynamic_shapes(
-            model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names
-        )
+    elif not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be an nn.Module or ExportedProgram, not {type(model)}")
     with _CAPTURE_LOCK:
         if not isinstance(model, torch.export.ExportedProgram):
-            with capture_rules():
-                ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds,
-                                         strict=strict)
+            ep, in_dim_names, out_dim_names = _capture(
+                model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
+                strict)
         t1 = time.perf_counter()
         program_json = _serialize(ep)
         weights, keep_alive = _weight_views(ep)

@@ -8,6 +8,7 @@
 #include "convert/inline_wrappers.h"
 #include "convert/mutation.h"
 #include "convert/registry.h"
+#include "schema/treespec.h"
 
 namespace pt2onnx {
 
@@ -140,6 +141,43 @@ void convert_nodes(GraphBuilder& b, const schema::Program& prog, Env& env) {
   }
 }
 
+// The ONNX name of each user-facing input spec (user and constant inputs,
+// the leaves of in_spec), by index into prog.input_specs: the pytree path
+// under the forward argument (schema/treespec.h), or the placeholder's name
+// when the program has no usable spec.
+std::map<size_t, std::string> input_leaf_names(const schema::Program& prog) {
+  std::vector<size_t> leaves;
+  for (size_t i = 0; i < prog.input_specs.size(); ++i)
+    if (prog.input_specs[i].kind == InputSpec::Kind::UserInput ||
+        prog.input_specs[i].kind == InputSpec::Kind::ConstantInput)
+      leaves.push_back(i);
+  std::map<size_t, std::string> r;
+  std::vector<std::string> names;
+  if (prog.in_spec) names = schema::input_leaf_names(*prog.in_spec, prog.forward_arg_names);
+  for (size_t k = 0; k < leaves.size(); ++k)
+    r[leaves[k]] = names.size() == leaves.size() ? names[k] : prog.input_specs[leaves[k]].arg_name;
+  return r;
+}
+
+// The ONNX name of each user output spec (the leaves of out_spec, None ones
+// included), by index into prog.output_specs.
+std::map<size_t, std::string> output_leaf_names(const schema::Program& prog) {
+  std::vector<size_t> leaves;
+  std::vector<std::string> fx;
+  for (size_t i = 0; i < prog.output_specs.size(); ++i)
+    if (prog.output_specs[i].kind == OutputSpec::Kind::UserOutput) {
+      leaves.push_back(i);
+      const auto& a = prog.output_specs[i].arg;
+      fx.push_back(a.kind == ArgKind::SymInt && a.symints.size() == 1 ? a.symints[0].name : a.name);
+    }
+  std::map<size_t, std::string> r;
+  std::vector<std::string> names;
+  if (prog.out_spec) names = schema::output_leaf_names(*prog.out_spec, fx);
+  for (size_t k = 0; k < leaves.size(); ++k)
+    r[leaves[k]] = names.size() == leaves.size() ? names[k] : fx[k];
+  return r;
+}
+
 }  // namespace
 
 std::vector<std::string> convert_nested(Ctx& outer, const schema::Graph& g,
@@ -216,19 +254,27 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
   schema::Node no_node;
   Ctx top(b, prog, no_node, env);
 
+  const std::map<size_t, std::string> in_leaf_names = input_leaf_names(prog);
+  const std::map<size_t, std::string> out_leaf_names = output_leaf_names(prog);
+
   // dim_param names: a named axis maps its (single) free symbol to the name.
-  // Every name must find its input and axis (either sign): a dropped one
-  // would silently give a static model.
+  // Every name must find its input (by placeholder or by flattened input
+  // name) and axis (either sign): a dropped one would silently give a static
+  // model.
   for (auto& [input, axes] : opt.input_dim_names) {
     const InputSpec* spec = nullptr;
-    for (auto& sp : prog.input_specs)
-      if (sp.kind == InputSpec::Kind::UserInput && sp.arg_name == input) spec = &sp;
-    auto meta = prog.graph.tensor_values.find(input);
+    for (size_t i = 0; i < prog.input_specs.size(); ++i) {
+      auto& sp = prog.input_specs[i];
+      if (sp.kind == InputSpec::Kind::UserInput &&
+          (sp.arg_name == input || in_leaf_names.at(i) == input))
+        spec = &sp;
+    }
+    auto meta = prog.graph.tensor_values.find(spec ? spec->arg_name : input);
     if (!spec || meta == prog.graph.tensor_values.end()) {
       std::string known;
-      for (auto& sp : prog.input_specs)
-        if (sp.kind == InputSpec::Kind::UserInput)
-          known += (known.empty() ? "" : ", ") + std::string("'") + sp.arg_name + "'";
+      for (size_t i = 0; i < prog.input_specs.size(); ++i)
+        if (prog.input_specs[i].kind == InputSpec::Kind::UserInput)
+          known += (known.empty() ? "" : ", ") + std::string("'") + in_leaf_names.at(i) + "'";
       throw Error("dynamic axes name the input '" + input +
                   "', which the program does not have (its inputs: " +
                   (known.empty() ? std::string("none") : known) + ")");
@@ -256,6 +302,21 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
     }
   }
 
+  // An int input (a SymInt) names its symbol: dims computed from it read
+  // `n`, `2*n`, not torch's `s86`. Dim names given by the user come first.
+  for (size_t i = 0, k = 0; i < prog.input_specs.size(); ++i) {
+    const InputSpec& sp = prog.input_specs[i];
+    if (sp.kind != InputSpec::Kind::UserInput) continue;
+    size_t index = k++;
+    if (sp.arg.kind != ArgKind::SymInt || sp.arg.symints.size() != 1) continue;
+    auto v = prog.graph.sym_int_values.find(sp.arg.symints[0].name);
+    if (v == prog.graph.sym_int_values.end() || !v->second.expr || !v->second.expr->is_symbol())
+      continue;
+    env.symbol_names.emplace(v->second.expr->text, index < opt.input_names.size()
+                                                       ? opt.input_names[index]
+                                                       : in_leaf_names.at(i));
+  }
+
   for (auto& n : prog.graph.nodes)
     for (auto& o : n.outputs) {
       if (!o.name.empty()) b.reserve_name(o.name);
@@ -265,7 +326,8 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
 
   // ---- inputs: weights become initializers, user inputs graph inputs
   size_t user_index = 0;
-  for (auto& spec : prog.input_specs) {
+  for (size_t spec_index = 0; spec_index < prog.input_specs.size(); ++spec_index) {
+    const InputSpec& spec = prog.input_specs[spec_index];
     switch (spec.kind) {
       case InputSpec::Kind::Parameter:
       case InputSpec::Kind::Buffer:
@@ -300,18 +362,31 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
         break;
       }
       case InputSpec::Kind::UserInput: {
-        if (spec.arg.kind != ArgKind::Tensor)
-          throw Error("user input " + std::to_string(user_index) + " is " + spec.arg.variant +
-                      "; only tensor inputs are supported");
-        auto meta = prog.graph.tensor_values.find(spec.arg_name);
-        if (meta == prog.graph.tensor_values.end())
-          throw Error("program has no metadata for input '" + spec.arg_name + "'");
-        std::string name =
-            user_index < opt.input_names.size() ? opt.input_names[user_index] : spec.arg_name;
-        if (b.name_taken(name) && name != spec.arg_name)
-          throw Error("input name '" + name + "' clashes with another value of the graph");
-        b.add_input(name, top.meta_type(meta->second));
-        env.values[spec.arg_name] = name;
+        // A SymInt input (an int argument torch.export keeps dynamic) is a
+        // 0-d int64 graph input; the graph reads it as a SymInt (1-D int64).
+        bool symint = spec.arg.kind == ArgKind::SymInt && spec.arg.symints.size() == 1 &&
+                      !spec.arg.symints[0].name.empty();
+        if (spec.arg.kind != ArgKind::Tensor && !symint)
+          throw Error("user input " + std::to_string(user_index) + " ('" + spec.arg_name +
+                      "') is " + spec.arg.variant +
+                      "; only tensor and int inputs become ONNX inputs");
+        std::string fx = symint ? spec.arg.symints[0].name : spec.arg_name;
+        ValueType type{DType::Int64, Shape{}};
+        if (!symint) {
+          auto meta = prog.graph.tensor_values.find(fx);
+          if (meta == prog.graph.tensor_values.end())
+            throw Error("program has no metadata for input '" + fx + "'");
+          type = top.meta_type(meta->second);
+        }
+        bool given = user_index < opt.input_names.size();
+        std::string name = given ? opt.input_names[user_index] : in_leaf_names.at(spec_index);
+        if (b.name_taken(name) && name != fx) {
+          if (given)
+            throw Error("input name '" + name + "' clashes with another value of the graph");
+          name = b.fresh_name(name);
+        }
+        b.add_input(name, type);
+        env.values[fx] = symint ? b.op("Reshape", {name, b.const_i64({1})}) : name;
         ++user_index;
         break;
       }
@@ -346,22 +421,44 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
   // User outputs in order, then the buffers and user inputs the program
   // mutates (run_decompositions() names them in the signature), as
   // "<buffer or input>_updated" outputs: ONNX graphs have no state.
-  auto emit = [&](const OutputSpec& spec, bool user) {
+  auto emit = [&](size_t spec_index, bool user) {
+    const OutputSpec& spec = prog.output_specs[spec_index];
     const auto& a = spec.arg;
-    if (a.kind != ArgKind::Tensor)
-      throw Error("output " + std::to_string(out_index) + " is " + a.variant +
-                  "; ONNX outputs must be tensors (return tensors from forward)");
-    auto it = env.values.find(a.name);
-    if (it == env.values.end()) throw Error("output '" + a.name + "' was never produced");
-    std::string value = it->second;
+    if (user && a.kind == ArgKind::None) return;  // a None in the returned structure
+    std::string value;
+    ValueType t;
+    if (user && (a.kind == ArgKind::Int || (a.kind == ArgKind::SymInt && a.symints.size() == 1 &&
+                                            (a.symints[0].value || !a.symints[0].name.empty())))) {
+      // An int forward returns (a size, n + 1): a 0-d int64 output.
+      std::string one;
+      if (a.kind == ArgKind::Int) {
+        one = b.const_i64({a.i});
+      } else if (a.symints[0].value) {
+        one = b.const_i64({*a.symints[0].value});
+      } else {
+        auto it = env.values.find(a.symints[0].name);
+        if (it == env.values.end())
+          throw Error("output '" + a.symints[0].name + "' was never produced");
+        one = it->second;
+      }
+      value = b.op("Reshape", {one, b.const_i64({})});
+      t = ValueType{DType::Int64, Shape{}};
+    } else {
+      if (a.kind != ArgKind::Tensor)
+        throw Error("output " + std::to_string(out_index) + " is " + a.variant +
+                    "; ONNX outputs must be tensors or ints (return tensors from forward)");
+      auto it = env.values.find(a.name);
+      if (it == env.values.end()) throw Error("output '" + a.name + "' was never produced");
+      value = it->second;
+      auto meta = prog.graph.tensor_values.find(a.name);
+      if (meta == prog.graph.tensor_values.end())
+        throw Error("output '" + a.name + "' has no tensor metadata (graph.tensor_values)");
+      t = top.meta_type(meta->second);
+    }
     std::string name = !user                                 ? spec.target + "_updated"
                        : out_index < opt.output_names.size() ? opt.output_names[out_index]
-                                                             : a.name;
+                                                             : out_leaf_names.at(spec_index);
     if (!user && b.is_used(name)) name = b.fresh_name(name);
-    auto meta = prog.graph.tensor_values.find(a.name);
-    if (meta == prog.graph.tensor_values.end())
-      throw Error("output '" + a.name + "' has no tensor metadata (graph.tensor_values)");
-    ValueType t = top.meta_type(meta->second);
     auto dn = user ? opt.output_dim_names.find(static_cast<int64_t>(out_index))
                    : opt.output_dim_names.end();
     if (dn != opt.output_dim_names.end() && t.shape)
@@ -393,8 +490,11 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
         for (auto& [k, v] : env.values)
           if (v == value) v = name;
       } else {
-        if (b.is_used(name) && !freed)
-          throw Error("output name '" + name + "' clashes with another value of the graph");
+        if (b.is_used(name) && !freed) {
+          if (!user || out_index < opt.output_names.size())
+            throw Error("output name '" + name + "' clashes with another value of the graph");
+          name = b.fresh_name(name);  // a derived name (a dict key) taken by an input / weight
+        }
         b.claim_name(name);
         identity_to(value, name, t);
       }
@@ -408,12 +508,12 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
     output_set.insert(name);
     if (user) ++out_index;
   };
-  for (auto& spec : prog.output_specs)
-    if (spec.kind == OutputSpec::Kind::UserOutput) emit(spec, true);
-  for (auto& spec : prog.output_specs)
-    if (spec.kind == OutputSpec::Kind::BufferMutation ||
-        spec.kind == OutputSpec::Kind::UserInputMutation)
-      emit(spec, false);
+  for (size_t i = 0; i < prog.output_specs.size(); ++i)
+    if (prog.output_specs[i].kind == OutputSpec::Kind::UserOutput) emit(i, true);
+  for (size_t i = 0; i < prog.output_specs.size(); ++i)
+    if (prog.output_specs[i].kind == OutputSpec::Kind::BufferMutation ||
+        prog.output_specs[i].kind == OutputSpec::Kind::UserInputMutation)
+      emit(i, false);
   if (out_index < opt.output_names.size())
     throw Error("output_names has " + std::to_string(opt.output_names.size()) +
                 " names but the model has " + std::to_string(out_index) + " outputs");

@@ -138,6 +138,16 @@ struct OutputSpec {
   std::string target;
 };
 
+// A pytree spec (torch.utils._pytree.treespec_dumps, protocol 1) of the
+// program's user inputs or outputs: which nested tuples / lists / dicts /
+// registered classes the flat leaves come from.
+struct TreeSpec {
+  std::string type;               // "builtins.dict", ...; "" for a leaf
+  std::vector<std::string> keys;  // child keys when the node names them, else empty
+  std::vector<TreeSpec> children;
+  bool is_leaf() const { return type.empty(); }
+};
+
 struct RangeConstraint {
   std::optional<int64_t> min, max;
 };
@@ -147,6 +157,10 @@ struct Program {
   std::vector<InputSpec> input_specs;
   std::vector<OutputSpec> output_specs;
   std::map<std::string, RangeConstraint> range_constraints;
+  // module_call_graph's root entry: forward's argument names and the pytree
+  // specs of (args, kwargs) and of the outputs (absent in hand-made programs).
+  std::vector<std::string> forward_arg_names;
+  std::optional<TreeSpec> in_spec, out_spec;
   int schema_major = 0;
   int schema_minor = 0;
   std::string torch_version;

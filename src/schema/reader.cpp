@@ -6,6 +6,7 @@
 
 #include "pt2onnx/error.h"
 #include "schema/program.h"
+#include "schema/treespec.h"
 
 namespace pt2onnx::schema {
 
@@ -410,6 +411,30 @@ class Reader {
     }
   }
 
+  // The root entry (fqn "") of module_call_graph: forward's argument names
+  // and the pytree specs of inputs and outputs (JSON strings holding JSON).
+  void call_signature(element mcg, Program& p) const {
+    size_t i = 0;
+    for (element e : arr(mcg, "$.graph_module.module_call_graph")) {
+      std::string ep = "$.graph_module.module_call_graph[" + std::to_string(i++) + "]";
+      object eo = obj(e, ep);
+      auto fqn = field(eo, "fqn");
+      if (!fqn || !str(*fqn, ep + ".fqn").empty()) continue;
+      auto sig = field(eo, "signature");
+      if (!sig) return;
+      std::string sp = ep + ".signature";
+      object so = obj(*sig, sp);
+      if (auto names = field(so, "forward_arg_names"))
+        for (element n : arr(*names, sp + ".forward_arg_names"))
+          p.forward_arg_names.push_back(str(n, sp + ".forward_arg_names"));
+      if (auto in = field(so, "in_spec"))
+        p.in_spec = parse_treespec(str(*in, sp + ".in_spec"), source_ + ": " + sp + ".in_spec");
+      if (auto out = field(so, "out_spec"))
+        p.out_spec = parse_treespec(str(*out, sp + ".out_spec"), source_ + ": " + sp + ".out_spec");
+      return;
+    }
+  }
+
   Program program(element root) const {
     object o = obj(root, "$");
     Program p;
@@ -426,6 +451,7 @@ class Reader {
     object gm = obj(req(o, "graph_module", "$"), "$.graph_module");
     p.graph = graph(req(gm, "graph", "$.graph_module"), "$.graph_module.graph");
     signature(req(gm, "signature", "$.graph_module"), "$.graph_module.signature", p);
+    if (auto mcg = field(gm, "module_call_graph")) call_signature(*mcg, p);
     if (auto rc = field(o, "range_constraints")) {
       for (auto [k, v] : obj(*rc, "$.range_constraints")) {
         std::string rp = "$.range_constraints." + std::string(k);

@@ -73,12 +73,9 @@ def assert_same_both_ways(model, args, onnx_path, *, dynamic_shapes=None, opset=
 
     import torch
 
-    from pt2onnx import capture_rules
-    from pt2onnx._export import _dynamic_shapes
+    from pt2onnx._export import _capture  # as pt2onnx.export captures (capture rules included)
 
-    ds, in_names, _ = _dynamic_shapes(model, args, kwargs, dynamic_shapes, None, None, None)
-    with capture_rules():  # as pt2onnx.export captures (RNNs keep a dynamic sequence)
-        ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds)
+    ep, in_names, _ = _capture(model, args, kwargs, dynamic_shapes, None, None, None)
     work = os.path.join(os.path.dirname(onnx_path), "via_pt2")
     os.makedirs(work, exist_ok=True)
     pt2 = os.path.join(work, "model.pt2")
