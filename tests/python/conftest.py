@@ -62,6 +62,18 @@ def cli_path():
     return CLI
 
 
+def _first_difference(a, b):
+    """Where two ONNX files first differ, as text (for the failure message)."""
+    import difflib
+
+    import onnx
+
+    ta = onnx.printer.to_text(onnx.load(a, load_external_data=False)).splitlines()
+    tb = onnx.printer.to_text(onnx.load(b, load_external_data=False)).splitlines()
+    diff = list(difflib.unified_diff(ta, tb, "python", "pt2", n=1, lineterm=""))
+    return "\n".join(diff[:40]) if diff else "(same text: metadata or byte layout differs)"
+
+
 def assert_same_both_ways(model, args, onnx_path, *, dynamic_shapes=None, opset=18,
                           kwargs=None, extra_cli_args=()):
     """`pt2onnx.export(model, ...)` already wrote `onnx_path`; torch.export.save
@@ -87,7 +99,8 @@ def assert_same_both_ways(model, args, onnx_path, *, dynamic_shapes=None, opset=
             cmd += ["--dim-name", f"{inp}:{axis}={name}"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert filecmp.cmp(onnx_path, out, shallow=False), "ONNX differs between Python and .pt2 paths"
+    assert filecmp.cmp(onnx_path, out, shallow=False), \
+        "ONNX differs between Python and .pt2 paths:\n" + _first_difference(onnx_path, out)
     if os.path.exists(onnx_path + ".data"):
         assert filecmp.cmp(onnx_path + ".data", out + ".data", shallow=False)
     else:
