@@ -571,8 +571,18 @@ def export(
     in_dim_names: dict[str, dict[int, str]] = {}
     out_dim_names: dict[int, dict[int, str]] = {}
     if isinstance(model, torch.export.ExportedProgram):
-        if dynamic_shapes is not None or dynamic_axes is not None:
-            raise ValueError("dynamic shapes are fixed at capture; pass them to torch.export")
+        if dynamic_shapes is not None:
+            raise ValueError("dynamic shapes are fixed at capture; pass them to torch.export "
+                             "(dynamic_axes={input: {axis: name}} can still name its dynamic dims)")
+        if dynamic_axes is not None:
+            # Names for dims the program already has dynamic, as the command's --dim-name.
+            for key, axes in dynamic_axes.items():
+                if not isinstance(axes, Mapping) or not all(
+                        isinstance(n, str) for n in axes.values()):
+                    raise TypeError("with an ExportedProgram, dynamic_axes only names its dynamic "
+                                    f"dims: {{input: {{axis: name}}}}; got {key!r}: {axes!r}")
+                in_dim_names[key] = {_check_axis(a, None, f"dynamic_axes[{key!r}]"): n
+                                     for a, n in axes.items()}
         ep = model
     elif not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be an nn.Module or ExportedProgram, not {type(model)}")

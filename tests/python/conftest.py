@@ -76,20 +76,35 @@ def _first_difference(a, b):
 
 def assert_same_both_ways(model, args, onnx_path, *, dynamic_shapes=None, opset=18,
                           kwargs=None, extra_cli_args=()):
-    """`pt2onnx.export(model, ...)` already wrote `onnx_path`; torch.export.save
-    of the same capture converted by the pt2onnx command must give the same
-    bytes (model and external data). Dim names go to the command as --dim-name
-    since torch.export.save does not keep them."""
+    """One capture of `model` (as pt2onnx.export captures it), converted both
+    ways: in memory by pt2onnx.export(ep) and, through torch.export.save, by
+    the pt2onnx command; the two files (model and external data) must be
+    byte-identical. Dim names go to both as names of the program's dynamic
+    dims (dynamic_axes / --dim-name), since torch.export.save does not keep
+    them. The caller's own export wrote `onnx_path` (its name is reused so the
+    external data `location` matches); comparing with it directly would also
+    compare two separate torch.export captures, whose FX names torch does not
+    always repeat (seen: getitem vs getitem_2 after other tests ran)."""
     import filecmp
     import subprocess
 
     import torch
 
+    import pt2onnx
     from pt2onnx._export import _capture  # as pt2onnx.export captures (capture rules included)
 
     ep, in_names, _ = _capture(model, args, kwargs, dynamic_shapes, None, None, None)
     work = os.path.join(os.path.dirname(onnx_path), "via_pt2")
+    via_py = os.path.join(os.path.dirname(onnx_path), "via_python")
     os.makedirs(work, exist_ok=True)
+    os.makedirs(via_py, exist_ok=True)
+    ext = None
+    if "--external-data" in extra_cli_args:
+        ext = {"always": True, "never": False, "auto": None}[
+            extra_cli_args[list(extra_cli_args).index("--external-data") + 1]]
+    py_out = os.path.join(via_py, os.path.basename(onnx_path))
+    pt2onnx.export(ep, None, py_out, opset=opset, external_data=ext,
+                   dynamic_axes=in_names or None)
     pt2 = os.path.join(work, "model.pt2")
     torch.export.save(ep, pt2)
     out = os.path.join(work, os.path.basename(onnx_path))  # same name: same data `location`
@@ -99,13 +114,22 @@ def assert_same_both_ways(model, args, onnx_path, *, dynamic_shapes=None, opset=
             cmd += ["--dim-name", f"{inp}:{axis}={name}"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert filecmp.cmp(onnx_path, out, shallow=False), \
-        "ONNX differs between Python and .pt2 paths:\n" + _first_difference(onnx_path, out)
-    if os.path.exists(onnx_path + ".data"):
-        assert filecmp.cmp(onnx_path + ".data", out + ".data", shallow=False)
+    assert filecmp.cmp(py_out, out, shallow=False), \
+        "ONNX differs between Python and .pt2 paths:\n" + _first_difference(py_out, out)
+    if os.path.exists(py_out + ".data"):
+        assert filecmp.cmp(py_out + ".data", out + ".data", shallow=False)
     else:
         assert not os.path.exists(out + ".data")
+    # The caller's file came from a capture of its own: same graph up to FX names.
+    assert _op_types(onnx_path) == _op_types(py_out)
     return pt2
+
+
+def _op_types(path):
+    import onnx
+
+    m = onnx.load(path, load_external_data=False)
+    return [n.op_type for n in m.graph.node], len(m.graph.input), len(m.graph.output)
 
 
 # ---- OpInfo pass rates (test_opinfo.py), printed at the end of the run

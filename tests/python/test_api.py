@@ -95,6 +95,23 @@ def test_in_memory_result_and_timings():
     assert "capture" in str(r)
 
 
+def test_exported_program_dim_names(tmp_onnx):
+    """An ExportedProgram's dynamic dims take names from dynamic_axes (as the
+    command's --dim-name); reshaping dims is refused."""
+    import onnx
+    from torch.export import Dim
+
+    m = torch.nn.Linear(3, 2)
+    ep = torch.export.export(m, (torch.randn(4, 3),), dynamic_shapes=({0: Dim("b")},))
+    pt2onnx.export(ep, None, tmp_onnx, dynamic_axes={"input": {0: "rows"}})
+    dims = onnx.load(tmp_onnx).graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param == "rows"
+    with pytest.raises(ValueError, match="fixed at capture"):
+        pt2onnx.export(ep, None, tmp_onnx, dynamic_shapes=({0: Dim("b")},))
+    with pytest.raises(TypeError, match="only names its dynamic dims"):
+        pt2onnx.export(ep, None, tmp_onnx, dynamic_axes={"input": [0]})
+
+
 def test_optimize_false_keeps_unoptimized_graph_and_same_results(tmp_path):
     torch.manual_seed(0)
     m = GPT(layers=1).eval()
