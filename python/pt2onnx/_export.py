@@ -279,14 +279,15 @@ def _has_leaf(value: Any, pred) -> bool:
     return any(pred(v) for v in pytree.tree_leaves(value))
 
 
-def _scalar_inputs(model, args, kwargs, ds):
+def _scalar_inputs(model, args, kwargs, ds, bools=True):
     """Python scalars in the inputs become ONNX inputs: ints stay dynamic
     (Dim.DYNAMIC: a 0-d int64 input the graph reads wherever the int is
-    used), floats are passed as 0-d float32 tensors and turned back into
-    Python numbers (.item(), a SymFloat) by a wrapper of forward. Bools are
-    inlined by torch.export (a Python branch on them cannot become ONNX
-    data): a warning says so. Returns (dynamic_shapes, args, kwargs, the
-    float inputs' pytree paths)."""
+    used), floats (and, with `bools`, bools) are passed as 0-d float32 (bool)
+    tensors and turned back into Python values (.item(): a SymFloat /
+    SymBool) by a wrapper of forward. Without `bools` they are inlined by
+    torch.export (the retry when the model branches on them in Python, which
+    cannot become ONNX data): a warning says so. Returns (dynamic_shapes,
+    args, kwargs, the pytree paths of the inputs passed as tensors)."""
     import torch.utils._pytree as pytree
 
     params = _forward_params(model)
@@ -298,14 +299,15 @@ def _scalar_inputs(model, args, kwargs, ds):
         return str(k)
 
     for path, v in pytree.tree_flatten_with_path((args, kwargs or {}))[0]:
-        if isinstance(v, bool):
+        if isinstance(v, bool) and not bools:
             # Named as the ONNX input would be: forward's argument, then the path.
             i = path[1].idx if path[0].idx == 0 else None
             root = (params[i] if i < len(params) else f"input_{i}") if i is not None \
                 else key(path[1])
             where = ".".join([root] + [key(k) for k in path[2:]])
             warnings.warn(f"pt2onnx: input '{where}' is a bool: it is exported as the constant "
-                          f"{v}, not as an input (pass a tensor to make it one)", stacklevel=4)
+                          f"{v}, not as an input: the model's Python code branches on it, which "
+                          "torch.export cannot turn into data", stacklevel=4)
     values = _bound_inputs(model, args, kwargs)
     if values and _has_leaf(values, _is_int):
         if ds is None:
@@ -318,6 +320,11 @@ def _scalar_inputs(model, args, kwargs, ds):
     floats = []
 
     def wrap(path, v):
+        if isinstance(v, bool):
+            if not bools:
+                return v
+            floats.append(path)
+            return torch.tensor(v)
         if isinstance(v, float):
             floats.append(path)
             return torch.tensor(v, dtype=torch.float32)
@@ -372,10 +379,28 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
         with capture_rules():
             ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
         return ep, in_dim_names, out_dim_names
-    try:
+
+    def attempt(sds, sargs, skwargs, float_paths):
         with _float_inputs_as_items(model, float_paths), capture_rules():
-            ep = torch.export.export(model, sargs, kwargs=skwargs, dynamic_shapes=sds,
-                                     strict=strict)
+            return torch.export.export(model, sargs, kwargs=skwargs, dynamic_shapes=sds,
+                                       strict=strict)
+
+    has_bool = _has_leaf((args, kwargs or {}), lambda v: isinstance(v, bool))
+    try:
+        try:
+            return attempt(sds, sargs, skwargs, float_paths), in_dim_names, out_dim_names
+        except Exception:  # noqa: BLE001 - a Python branch on a bool: bools become constants
+            if not has_bool:
+                raise
+            # The bools as constants (warned about by _scalar_inputs), ints and floats still inputs.
+            sds, sargs, skwargs, float_paths = _scalar_inputs(model, args, kwargs, ds,
+                                                              bools=False)
+            if sds is ds and not float_paths:
+                with capture_rules():
+                    ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds,
+                                             strict=strict)
+                return ep, in_dim_names, out_dim_names
+            return attempt(sds, sargs, skwargs, float_paths), in_dim_names, out_dim_names
     except Exception as e:  # noqa: BLE001 - retried as plain torch.export; its error is raised
         # The model's Python code depends on a scalar's value (a loop bound,
         # an `if`): torch.export's own behaviour, the scalars as constants.
@@ -387,7 +412,7 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
         with capture_rules():
             ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds,
                                      strict=strict)
-    return ep, in_dim_names, out_dim_names
+        return ep, in_dim_names, out_dim_names
 
 
 def _weight_views(ep: torch.export.ExportedProgram):

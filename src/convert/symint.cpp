@@ -41,6 +41,23 @@ void neg(Ctx& c) {
   c.set_output(0, c.b.op("Neg", {symint_arg(c, "a")}));
 }
 
+// sym_ite(b, t, f): `t if b else f` on SymInts (a SymBool used as a number:
+// bool + int is sym_ite(b, 1, 0)).
+void sym_ite(Ctx& c) {
+  if (c.emit_known_symint()) return;
+  const schema::Argument* b = c.arg("b");
+  if (!b || b->kind != schema::ArgKind::SymBool) c.fail("'b' is not a SymBool");
+  std::string cond;
+  if (!b->name.empty()) {
+    auto it = c.env.values.find(b->name);
+    if (it == c.env.values.end()) c.fail("undefined symbolic bool '" + b->name + "'");
+    cond = c.cast(it->second, DType::Bool);
+  } else {
+    cond = c.b.constant(*TensorData::scalar(DType::Bool, b->b ? 1 : 0, {1}));
+  }
+  c.set_output(0, c.b.op("Where", {cond, symint_arg(c, "t"), symint_arg(c, "f")}));
+}
+
 void compare(Ctx& c, const char* op) {
   c.set_output(0, c.b.op(op, {symint_arg(c, "a"), symint_arg(c, "b")}));
 }
@@ -62,6 +79,7 @@ void register_symint(Registry& r) {
   r.add("_operator.mod", mod);
   r.add("_operator.neg", neg);
   r.add("torch.sym_max", sym_max);
+  r.add("torch.sym_ite", sym_ite);
   r.add("torch.sym_min", sym_min);
   r.add("_operator.eq", eq);
   r.add("_operator.lt", lt);

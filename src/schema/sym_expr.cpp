@@ -71,6 +71,13 @@ class Parser {
     if (++depth_ > 200) fail("expression nested too deeply");
     auto e = std::make_shared<SymExpr>();
     e->head = ident();
+    skip_ws();
+    if ((e->head == "true" || e->head == "false") && (pos_ >= s_.size() || s_[pos_] != '(')) {
+      // sympy's boolean atoms (Piecewise's last condition: `true`)
+      e->text = e->head;
+      --depth_;
+      return e;
+    }
     if (!eat('(')) fail("expected '(' after " + e->head);
     if (e->head == "Symbol") {
       e->text = quoted();
@@ -171,7 +178,7 @@ std::string SymExpr::render(const std::map<std::string, std::string>& names) con
     auto it = names.find(text);
     return it == names.end() ? text : it->second;
   }
-  if (head == "Integer" || head == "Float") return text;
+  if (head == "Integer" || head == "Float" || head == "true" || head == "false") return text;
   auto sub = [&](size_t i) {
     const SymExpr& a = *args[i];
     std::string r = a.render(names);

@@ -129,6 +129,17 @@ TEST(SymExpr, ParsesAndRenders) {
   EXPECT_EQ(f->render(), "floor(s1/2)");
 }
 
+TEST(SymExpr, ReadsBooleanAtoms) {
+  // What a bool input used as data leaves in sym_int_values (sym_ite).
+  auto e = parse_sym_expr(
+      "Piecewise(ExprCondPair(Integer(1), Equality(Symbol('u0', integer=True), Integer(1))), "
+      "ExprCondPair(Integer(0), true))");
+  EXPECT_EQ(e->head, "Piecewise");
+  EXPECT_EQ(e->args.at(1)->args.at(1)->render(), "true");
+  EXPECT_FALSE(e->eval({}).has_value());
+  EXPECT_THROW(parse_sym_expr("true(Integer(1))x"), Error);
+}
+
 TEST(SymExpr, RejectsGarbage) {
   EXPECT_THROW(parse_sym_expr("Add(Symbol('s0'"), Error);
   EXPECT_THROW(parse_sym_expr("Symbol(s0)"), Error);

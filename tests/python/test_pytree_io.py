@@ -10,6 +10,7 @@ import re
 import warnings
 
 import numpy as np
+import onnx
 import pytest
 import torch
 import torch.utils._pytree as pytree
@@ -259,6 +260,27 @@ def test_bool_input_is_a_constant_with_a_warning(tmp_onnx):
     assert names(tmp_onnx)[0] == ["x"]
     x2 = torch.randn(2, 3)
     check(run(tmp_onnx, {"x": x2}), BoolFlag()(x2, True))
+
+
+class BoolData(torch.nn.Module):
+    def forward(self, x, flag):
+        return torch.where(torch.tensor(flag), x * 2, x - 1) + flag
+
+
+def test_bool_used_as_data_is_an_input(tmp_onnx):
+    """A bool the model computes with (not branches on) is a 0-d bool input
+    that honours the other value at run time."""
+    x = torch.randn(2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no constant-bool warning
+        pt2onnx.export(BoolData(), (x, True), tmp_onnx)
+    assert names(tmp_onnx)[0] == ["x", "flag"]
+    m = onnx.load(tmp_onnx)
+    assert m.graph.input[1].type.tensor_type.elem_type == onnx.TensorProto.BOOL
+    assert len(m.graph.input[1].type.tensor_type.shape.dim) == 0
+    x2 = torch.randn(2, 3)
+    for flag in (False, True):
+        check(run(tmp_onnx, {"x": x2, "flag": torch.tensor(flag)}), BoolData()(x2, flag))
 
 
 def test_plain_tensor_names_unchanged(tmp_onnx):
