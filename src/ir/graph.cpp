@@ -265,14 +265,33 @@ std::vector<std::string> outer_reads(const Graph& g) {
   return out;
 }
 
-void replace_uses_in_node(Node& n, const std::string& from, const std::string& to) {
-  for (auto& in : n.inputs)
-    if (in == from) in = to;
+namespace {
+
+// Calls `f` on every value name node `n` reads: its inputs and, deeply, the
+// inputs and outputs of the graphs nested in it (one walk for any rename).
+template <typename F>
+void for_each_read(Node& n, F&& f) {
+  for (auto& in : n.inputs) f(in);
   for (Graph* s : subgraphs(n)) {
-    replace_uses_deep(*s, from, to);
-    for (auto& o : s->outputs)
-      if (o.name == from) o.name = to;
+    for (auto& m : s->nodes) for_each_read(m, f);
+    for (auto& o : s->outputs) f(o.name);
   }
+}
+
+}  // namespace
+
+void replace_uses_in_node(Node& n, const std::string& from, const std::string& to) {
+  for_each_read(n, [&](std::string& v) {
+    if (v == from) v = to;
+  });
+}
+
+void rename_uses_in_node(Node& n, const std::unordered_map<std::string, std::string>& renames) {
+  if (renames.empty()) return;
+  for_each_read(n, [&](std::string& v) {
+    auto it = renames.find(v);
+    if (it != renames.end()) v = it->second;
+  });
 }
 
 void replace_uses_deep(Graph& g, const std::string& from, const std::string& to) {

@@ -156,5 +156,7 @@ std::vector<std::string> outer_reads(const Graph& g);
 void replace_uses_deep(Graph& g, const std::string& from, const std::string& to);
 // The same for one node: its inputs and the graphs nested in it.
 void replace_uses_in_node(Node& n, const std::string& from, const std::string& to);
+// Every rename of `renames` (from -> to) at once, in one walk of the node.
+void rename_uses_in_node(Node& n, const std::unordered_map<std::string, std::string>& renames);
 
 }  // namespace pt2onnx

@@ -81,13 +81,9 @@ size_t eliminate_common_subexpressions(Graph& g) {
   std::vector<Node> kept;
   kept.reserve(g.nodes.size());
   for (auto& n : g.nodes) {
-    for (auto& in : n.inputs) {
-      auto it = rename.find(in);
-      if (it != rename.end()) in = it->second;
-    }
-    if (n.has_subgraphs()) {
-      // Never merged (graphs are not compared); what its graphs read follows the renames.
-      for (auto& [from, to] : rename) replace_uses_in_node(n, from, to);
+    // Inputs, and what the node's nested graphs read, follow the renames.
+    rename_uses_in_node(n, rename);
+    if (n.has_subgraphs()) {  // never merged: graphs are not compared
       kept.push_back(std::move(n));
       continue;
     }
