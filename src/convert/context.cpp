@@ -137,6 +137,11 @@ std::optional<double> Ctx::scalar_value(std::string_view name) const {
       return static_cast<double>(a->i);
     case ArgKind::Bool:
       return a->b ? 1.0 : 0.0;
+    // A SymBool / SymFloat without a name is a literal (as_bool / as_float).
+    case ArgKind::SymBool:
+      return a->name.empty() ? std::optional<double>(a->b ? 1.0 : 0.0) : std::nullopt;
+    case ArgKind::SymFloat:
+      return a->name.empty() ? std::optional<double>(a->f) : std::nullopt;
     case ArgKind::SymInt: {
       auto c = symint_const(a->symints[0]);
       if (c) return static_cast<double>(*c);

@@ -47,15 +47,9 @@ void sym_ite(Ctx& c) {
   if (c.emit_known_symint()) return;
   const schema::Argument* b = c.arg("b");
   if (!b || b->kind != schema::ArgKind::SymBool) c.fail("'b' is not a SymBool");
-  std::string cond;
-  if (!b->name.empty()) {
-    auto it = c.env.values.find(b->name);
-    if (it == c.env.values.end()) c.fail("undefined symbolic bool '" + b->name + "'");
-    cond = c.cast(it->second, DType::Bool);
-  } else {
-    cond = c.b.constant(*TensorData::scalar(DType::Bool, b->b ? 1 : 0, {1}));
-  }
-  c.set_output(0, c.b.op("Where", {cond, symint_arg(c, "t"), symint_arg(c, "f")}));
+  // A 0-d condition: Where broadcasts it over the 1-element SymInts.
+  c.set_output(
+      0, c.b.op("Where", {c.operand("b", DType::Bool), symint_arg(c, "t"), symint_arg(c, "f")}));
 }
 
 void compare(Ctx& c, const char* op) {
