@@ -90,17 +90,56 @@ def _nested_axes_spec(spec: Any, value: Any, where: str, key: str,
     inputs (tuples, lists, dicts of tensors) the spec mirrors the input; the
     dim names of a tensor at path p of input `key` go to in_names under the
     ONNX input's name, `key.p` (the C++ core's naming of flattened inputs)."""
-    if isinstance(value, (tuple, list)) and isinstance(spec, (tuple, list)) \
-            and len(spec) == len(value):
+    if isinstance(value, (tuple, list)) and not isinstance(value, _CacheLayers) \
+            and isinstance(spec, (tuple, list)) and len(spec) == len(value):
         return type(spec)(_nested_axes_spec(s, v, f"{where}[{i}]", f"{key}.{i}", in_names)
                           for i, (s, v) in enumerate(zip(spec, value)))
     if isinstance(value, Mapping) and isinstance(spec, Mapping) and set(spec) <= set(value):
         return {k: _nested_axes_spec(s, value[k], f"{where}[{k!r}]", f"{key}.{k}", in_names)
                 for k, s in spec.items()}
+    children = _pytree_children(value)
+    if children is not None and isinstance(spec, (tuple, list)) and len(spec) == len(children):
+        # A registered pytree class (a transformers cache): the spec lists its
+        # children in flatten order, as torch.export reads it.
+        return type(spec)(_nested_axes_spec(s, v, f"{where}[{i}]",
+                                            f"{key}.{name}" if name else key, in_names)
+                          for i, (s, (name, v)) in enumerate(zip(spec, children)))
     out, names = _axes_spec(spec, value, where)
     if names:
         in_names[key] = names
     return out
+
+
+class _CacheLayers(list):
+    """One child list of a DynamicCache (keys or values): element i is named
+    `i.key` / `i.value`, as the C++ core names a DynamicCache's leaves."""
+
+    def __init__(self, tensors, field_name):
+        super().__init__(tensors)
+        self.field_name = field_name
+
+
+def _pytree_children(value: Any) -> list[tuple[str, Any]] | None:
+    """(name, child) pairs of a value of a registered pytree class other than
+    tuple / list / dict, named by its keys; None for anything else."""
+    from torch.utils import _pytree
+
+    if isinstance(value, _CacheLayers):
+        return [(f"{i}.{value.field_name}", v) for i, v in enumerate(value)]
+    node = _pytree.SUPPORTED_NODES.get(type(value))
+    if node is None or isinstance(value, (tuple, list, dict)):
+        return None
+    if node.flatten_with_keys_fn is not None:
+        pairs = node.flatten_with_keys_fn(value)[0]
+        names = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", i))))
+                 for i, (k, _) in enumerate(pairs)]
+        kids = [v for _, v in pairs]
+    else:
+        kids = list(node.flatten_fn(value)[0])
+        names = [str(i) for i in range(len(kids))]
+    if type(value).__name__ == "DynamicCache" and names == ["key_cache", "value_cache"]:
+        return [("", _CacheLayers(kids[0], "key")), ("", _CacheLayers(kids[1], "value"))]
+    return list(zip(names, kids))
 
 
 def _axes_spec(spec: Any, value: Any, where: str) -> tuple[Any, dict[int, str]]:

@@ -89,10 +89,32 @@ struct SpecReader {
   }
 };
 
+// transformers' DynamicCache, as its own export registration flattens it:
+// {key_cache: [k0, k1, ...], value_cache: [v0, v1, ...]}.
+bool is_dynamic_cache(const TreeSpec& t) {
+  const std::string_view suffix = ".DynamicCache";
+  return t.type.size() > suffix.size() &&
+         t.type.compare(t.type.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+         t.keys == std::vector<std::string>{"key_cache", "value_cache"} &&
+         t.children.size() == 2;
+}
+
 void collect(const TreeSpec& t, std::vector<std::string>& path,
              std::vector<std::vector<std::string>>& out) {
   if (t.is_leaf()) {
     out.push_back(path);
+    return;
+  }
+  if (is_dynamic_cache(t)) {
+    // Named as Hugging Face's ONNX tooling names a cache: <layer>.key and
+    // <layer>.value (past_key_values.0.key), in the registration's order.
+    for (size_t c = 0; c < 2; ++c)
+      for (size_t i = 0; i < t.children[c].children.size(); ++i) {
+        path.push_back(std::to_string(i));
+        path.push_back(c == 0 ? "key" : "value");
+        collect(t.children[c].children[i], path, out);
+        path.resize(path.size() - 2);
+      }
     return;
   }
   for (size_t i = 0; i < t.children.size(); ++i) {
@@ -156,6 +178,15 @@ std::vector<std::string> input_leaf_names(const TreeSpec& in_spec,
   return names;
 }
 
+namespace {
+// A returned ModelOutput / dict whose `past_key_values` is a DynamicCache.
+bool dynamic_cache_output(const TreeSpec& out_spec) {
+  for (size_t i = 0; i < out_spec.keys.size() && i < out_spec.children.size(); ++i)
+    if (out_spec.keys[i] == "past_key_values") return is_dynamic_cache(out_spec.children[i]);
+  return false;
+}
+}  // namespace
+
 std::vector<std::string> output_leaf_names(const TreeSpec& out_spec,
                                            const std::vector<std::string>& fx_names) {
   std::vector<std::string> names;
@@ -167,6 +198,8 @@ std::vector<std::string> output_leaf_names(const TreeSpec& out_spec,
       names.push_back(fx.empty() ? "output_" + std::to_string(k) : fx);
     else if (out_spec.keys.empty())
       names.push_back(join(p, 1, "output_" + p[0]));
+    else if (p[0] == "past_key_values" && !out_spec.keys.empty() && dynamic_cache_output(out_spec))
+      names.push_back(join(p, 1, "present"));  // the updated cache, as Hugging Face names it
     else
       names.push_back(join(p, 1, p[0]));
   }

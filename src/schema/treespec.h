@@ -25,7 +25,10 @@ std::vector<std::vector<std::string>> leaf_paths(const TreeSpec& spec);
 // Names of the input leaves of `in_spec` (the tree of (args, kwargs)): the
 // forward argument (arg_names[i] for args[i], the key for a kwarg) followed by
 // the path inside it, joined with '.': `past` = ((k0, v0), ...) gives
-// past.0.0, past.0.1, ...; a dict {"key": t} given as `cache` gives cache.key.
+// past.0.0, past.0.1, ...; a dict {"key": t} given as `cache` gives cache.key;
+// a transformers DynamicCache (as transformers' export registration flattens
+// it) gives past_key_values.0.key, past_key_values.0.value, ... as Hugging
+// Face's ONNX tooling names them.
 std::vector<std::string> input_leaf_names(const TreeSpec& in_spec,
                                           const std::vector<std::string>& arg_names);
 
@@ -33,7 +36,8 @@ std::vector<std::string> input_leaf_names(const TreeSpec& in_spec,
 // leaf i. A single tensor and the direct elements of a returned tuple / list
 // keep their FX names; elements nested deeper in a tuple are output_<i>.<path>;
 // a returned dict (or ModelOutput, dataclass) names its leaves by key, nested
-// paths joined with '.': logits, past_key_values.0.0.
+// paths joined with '.': logits, past_key_values.0.0. A DynamicCache returned
+// as `past_key_values` (the updated cache) is named present.0.key, ....
 std::vector<std::string> output_leaf_names(const TreeSpec& out_spec,
                                            const std::vector<std::string>& fx_names);
 

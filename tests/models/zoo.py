@@ -1,0 +1,363 @@
+"""The model zoo: real model definitions nobody here wrote (torchvision,
+transformers, timm, and the models torch.onnx's documentation names), each
+made small through its constructor or config, with random weights. No hub,
+no download.
+
+Each entry builds (model, make_inputs, dynamic_shapes): make_inputs(batch,
+seq) gives the forward's keyword arguments for a batch size and a sequence
+length (ignored by image models), so tests export at one size and compare at
+others. Shared by tests/models/ and bench/zoo.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+
+def hide_torchvision_ops():
+    """torchvision's PyPI wheel is built against CUDA torch: keep it from
+    registering its operators so that its model definitions (and timm's and
+    transformers', which import it) load with the CPU torch."""
+    sys.modules.setdefault("torchvision._meta_registrations",
+                           types.ModuleType("torchvision._meta_registrations"))
+
+
+hide_torchvision_ops()
+
+
+@dataclass
+class Entry:
+    name: str
+    family: str  # classic (torch.onnx's docs), torchvision, transformers, timm
+    build: Callable[[], tuple[nn.Module, Callable[[int, int], dict], dict]]
+    export_size: tuple[int, int] = (2, 8)  # (batch, seq)
+    check_sizes: list = field(default_factory=lambda: [(1, 5), (3, 11)])
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    quick: bool = False  # in make test-quick
+
+
+B = "batch"
+S = "seq"
+
+
+def images(c, h, w=None):
+    w = w or h
+
+    def make(batch, seq):
+        return {"x": torch.randn(batch, c, h, w)}
+
+    return make, {"x": {0: B}}
+
+
+# ---- the models torch.onnx's documentation names ---------------------------
+
+class DCGANGenerator(nn.Module):
+    """DCGAN's generator (Radford et al.): a latent vector through strided
+    transposed convolutions with batch norm and ReLU to a tanh image."""
+
+    def __init__(self, nz=16, ngf=8, nc=3):
+        super().__init__()
+        layers, c_in = [], nz
+        for i, mult in enumerate((8, 4, 2, 1)):
+            layers += [nn.ConvTranspose2d(c_in, ngf * mult, 4, 1 if i == 0 else 2,
+                                          0 if i == 0 else 1, bias=False),
+                       nn.BatchNorm2d(ngf * mult), nn.ReLU(True)]
+            c_in = ngf * mult
+        layers += [nn.ConvTranspose2d(c_in, nc, 4, 2, 1, bias=False), nn.Tanh()]
+        self.main = nn.Sequential(*layers)
+
+    def forward(self, z):
+        return self.main(z)
+
+
+class DCGANDiscriminator(nn.Module):
+    """DCGAN's discriminator: strided convolutions with batch norm and
+    LeakyReLU(0.2) down to one sigmoid probability per image."""
+
+    def __init__(self, ndf=8, nc=3):
+        super().__init__()
+        layers = [nn.Conv2d(nc, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, inplace=True)]
+        c_in = ndf
+        for mult in (2, 4, 8):
+            layers += [nn.Conv2d(c_in, ndf * mult, 4, 2, 1, bias=False),
+                       nn.BatchNorm2d(ndf * mult), nn.LeakyReLU(0.2, inplace=True)]
+            c_in = ndf * mult
+        layers += [nn.Conv2d(c_in, 1, 4, 1, 0, bias=False), nn.Sigmoid()]
+        self.main = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.main(x).view(-1, 1).squeeze(1)
+
+
+class SuperResolutionNet(nn.Module):
+    """The efficient sub-pixel CNN of torch.onnx's super-resolution tutorial
+    (Shi et al.): four convolutions, the last to upscale^2 channels, then
+    pixel_shuffle."""
+
+    def __init__(self, upscale_factor=3):
+        super().__init__()
+        self.relu = nn.ReLU(inplace=True)
+        self.conv1 = nn.Conv2d(1, 64, 5, 1, 2)
+        self.conv2 = nn.Conv2d(64, 64, 3, 1, 1)
+        self.conv3 = nn.Conv2d(64, 32, 3, 1, 1)
+        self.conv4 = nn.Conv2d(32, upscale_factor ** 2, 3, 1, 1)
+        self.pixel_shuffle = nn.PixelShuffle(upscale_factor)
+
+    def forward(self, x):
+        x = self.relu(self.conv1(x))
+        x = self.relu(self.conv2(x))
+        x = self.relu(self.conv3(x))
+        return self.pixel_shuffle(self.conv4(x))
+
+
+def _word_lm(kind):
+    def build():
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+        from test_word_language_model import RNNModel, TransformerModel
+
+        if kind == "Transformer":
+            model = TransformerModel(50, 16, 2, 32, 2)
+
+            def make(batch, seq):
+                return {"src": torch.randint(0, 50, (seq, batch))}
+
+            return model, make, {"src": {0: S, 1: B}}
+        model = RNNModel(kind, 50, 16, 16, 2)
+
+        def make(batch, seq):
+            return {"input": torch.randint(0, 50, (seq, batch)),
+                    "hidden": model.init_hidden(batch) if kind != "LSTM" else
+                    tuple(torch.randn_like(h) for h in model.init_hidden(batch))}
+
+        hidden = {1: B} if kind != "LSTM" else ({1: B}, {1: B})
+        return model, make, {"input": {0: S, 1: B}, "hidden": hidden}
+
+    return build
+
+
+def _simple(factory, make_dyn):
+    def build():
+        make, dyn = make_dyn
+        return factory(), make, dyn
+
+    return build
+
+
+def _tv(name, **kw):
+    def factory():
+        import torchvision.models as tvm
+
+        return getattr(tvm, name)(weights=None, **kw)
+
+    return factory
+
+
+def _tv_densenet():
+    from torchvision.models import DenseNet
+
+    return DenseNet(growth_rate=8, block_config=(2, 2, 2, 2), num_init_features=16, num_classes=10)
+
+
+def _tv_vit():
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                             hidden_dim=32, mlp_dim=64, num_classes=10)
+
+
+def _tv_deeplab():
+    import torchvision.models.segmentation as seg
+
+    return seg.deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=5,
+                                            aux_loss=False)
+
+
+def _tv_fcn():
+    import torchvision.models.segmentation as seg
+
+    return seg.fcn_resnet50(weights=None, weights_backbone=None, num_classes=5, aux_loss=False)
+
+
+# ---- transformers (from configs; no hub) ------------------------------------
+
+def _text(vocab, mask=True, token_types=False):
+    def make(batch, seq):
+        d = {"input_ids": torch.randint(0, vocab, (batch, seq))}
+        if mask:
+            m = torch.ones(batch, seq, dtype=torch.long)
+            m[0, -1] = 0  # one padded position: the mask is live data
+            d["attention_mask"] = m
+        if token_types:
+            d["token_type_ids"] = torch.randint(0, 2, (batch, seq))
+        return d
+
+    dyn = {"input_ids": {0: B, 1: S}}
+    if mask:
+        dyn["attention_mask"] = {0: B, 1: S}
+    if token_types:
+        dyn["token_type_ids"] = {0: B, 1: S}
+    return make, dyn
+
+
+def _hf_gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                     use_cache=False)
+    return (GPT2LMHeadModel(cfg),) + _text(128)
+
+
+def _hf_bert():
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64)
+    return (BertModel(cfg),) + _text(128, token_types=True)
+
+
+def _hf_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      use_cache=False)
+    return (LlamaForCausalLM(cfg),) + _text(128)
+
+
+def _hf_t5():
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    cfg = T5Config(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                   decoder_start_token_id=0, pad_token_id=0, use_cache=False)
+    model = T5ForConditionalGeneration(cfg)
+
+    def make(batch, seq):
+        d = _text(128)[0](batch, seq)
+        d["decoder_input_ids"] = torch.randint(0, 128, (batch, max(seq // 2, 1)))
+        return d
+
+    dyn = {"input_ids": {0: B, 1: S}, "attention_mask": {0: B, 1: S},
+           "decoder_input_ids": {0: B, 1: "decoder_seq"}}
+    return model, make, dyn
+
+
+def _hf_whisper():
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    cfg = WhisperConfig(vocab_size=128, num_mel_bins=16, d_model=32, encoder_layers=2,
+                        decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                        encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=32,
+                        max_target_positions=32, pad_token_id=1, bos_token_id=2, eos_token_id=3,
+                        decoder_start_token_id=2, use_cache=False)
+    model = WhisperForConditionalGeneration(cfg)
+
+    def make(batch, seq):
+        # Whisper's encoder takes exactly 2 * max_source_positions frames.
+        return {"input_features": torch.randn(batch, 16, 64),
+                "decoder_input_ids": torch.randint(0, 128, (batch, seq))}
+
+    return model, make, {"input_features": {0: B}, "decoder_input_ids": {0: B, 1: S}}
+
+
+def _hf_vit():
+    from transformers import ViTConfig, ViTForImageClassification
+
+    cfg = ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=32,
+                    num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                    num_labels=10)
+    model = ViTForImageClassification(cfg)
+
+    def make(batch, seq):
+        return {"pixel_values": torch.randn(batch, 3, 32, 32)}
+
+    return model, make, {"pixel_values": {0: B}}
+
+
+# ---- timm ----------------------------------------------------------------------
+
+def _timm(name, **kw):
+    def factory():
+        import timm
+
+        return timm.create_model(name, pretrained=False, **kw)
+
+    return factory
+
+
+def _entries() -> list[Entry]:
+    img32 = images(3, 32)
+    img64 = images(3, 64)
+    return [
+        # torch.onnx's documentation
+        Entry("alexnet", "classic", _simple(_tv("alexnet", num_classes=10), img64)),
+        Entry("dcgan_generator", "classic",
+              _simple(DCGANGenerator, (lambda b, s: {"z": torch.randn(b, 16, 1, 1)},
+                                       {"z": {0: B}})), quick=True),
+        Entry("dcgan_discriminator", "classic", _simple(DCGANDiscriminator, img64), quick=True),
+        Entry("densenet", "classic", _simple(_tv_densenet, img32)),
+        Entry("inception_v3", "classic",
+              _simple(_tv("inception_v3", aux_logits=False, init_weights=True, num_classes=10),
+                      images(3, 96))),
+        Entry("resnet18", "classic", _simple(_tv("resnet18", num_classes=10), img32), quick=True),
+        Entry("super_resolution", "classic", _simple(SuperResolutionNet, images(1, 24)),
+              quick=True),
+        Entry("vgg11", "classic", _simple(_tv("vgg11", num_classes=10), img32)),
+        Entry("word_lm_lstm", "classic", _word_lm("LSTM"), quick=True),
+        Entry("word_lm_gru", "classic", _word_lm("GRU")),
+        Entry("word_lm_rnn_tanh", "classic", _word_lm("RNN_TANH")),
+        Entry("word_lm_transformer", "classic", _word_lm("Transformer"), quick=True),
+        # torchvision
+        Entry("tv_mobilenet_v2", "torchvision", _simple(_tv("mobilenet_v2", num_classes=10), img32),
+              quick=True),
+        Entry("tv_mobilenet_v3_small", "torchvision",
+              _simple(_tv("mobilenet_v3_small", num_classes=10), img32)),
+        Entry("tv_efficientnet_b0", "torchvision",
+              _simple(_tv("efficientnet_b0", num_classes=10), img32)),
+        Entry("tv_convnext_tiny", "torchvision",
+              _simple(_tv("convnext_tiny", num_classes=10), img32)),
+        Entry("tv_vit", "torchvision", _simple(_tv_vit, img32)),
+        Entry("tv_deeplabv3", "torchvision", _simple(_tv_deeplab, img64)),
+        Entry("tv_fcn_resnet50", "torchvision", _simple(_tv_fcn, img32)),
+        # transformers
+        Entry("hf_gpt2", "transformers", _hf_gpt2, quick=True),
+        Entry("hf_bert", "transformers", _hf_bert, quick=True),
+        Entry("hf_llama", "transformers", _hf_llama, quick=True),
+        Entry("hf_t5", "transformers", _hf_t5),
+        Entry("hf_whisper", "transformers", _hf_whisper),
+        Entry("hf_vit", "transformers", _hf_vit),
+        # timm
+        Entry("timm_resnet18", "timm", _simple(_timm("resnet18", num_classes=10), img32)),
+        Entry("timm_vit_tiny", "timm",
+              _simple(_timm("vit_tiny_patch16_224", img_size=32, patch_size=8, num_classes=10),
+                      img32), quick=True),
+        Entry("timm_efficientnet_b0", "timm",
+              _simple(_timm("efficientnet_b0", num_classes=10), img32)),
+    ]
+
+
+ZOO = {e.name: e for e in _entries()}
+
+
+def build(name: str, seed: int = 0):
+    """(model in eval mode, make_inputs, dynamic_shapes) of a zoo entry;
+    batch-norm statistics and all-zero parameters (classifier heads that
+    torchvision initializes to zero, biases) randomized so that they matter."""
+    torch.manual_seed(seed)
+    model, make, dyn = ZOO[name].build()
+    model.eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.numel() > 1 and not p.any():
+                p.normal_(0.0, 0.02)
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None:
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+    return model, make, dyn

@@ -1,0 +1,62 @@
+"""Export one zoo model with pt2onnx and judge it in onnxruntime: full
+onnx.checker, then every output against PyTorch on fresh inputs at the
+entry's other batch / sequence sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import torch
+
+import pt2onnx
+from zoo import ZOO, build
+
+
+def leaves(x):
+    return [t for t in torch.utils._pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
+
+
+def ort_session(path):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def export(name, path):
+    model, make, dyn = build(name)
+    b, s = ZOO[name].export_size
+    return pt2onnx.export(model, (), path, kwargs=make(b, s), dynamic_shapes=dyn)
+
+
+def compare(name, path, seed=1):
+    """Max abs error (relative to the output's scale when above 1) per
+    checked size; AssertionError on a mismatch."""
+    entry = ZOO[name]
+    model, make, _ = build(name)
+    onnx.checker.check_model(onnx.load(path, load_external_data=False), full_check=True)
+    sess = ort_session(path)
+    names = [i.name for i in sess.get_inputs()]
+    errors = []
+    for b, s in entry.check_sizes:
+        torch.manual_seed(seed + b * 100 + s)
+        kwargs = make(b, s)
+        flat = leaves(kwargs)
+        assert len(flat) == len(names), (names, len(flat))
+        got = sess.run(None, {n: t.numpy() for n, t in zip(names, flat)})
+        with torch.no_grad():
+            expected = leaves(model(**kwargs))
+        assert len(got) == len(expected), (len(got), len(expected))
+        err = 0.0
+        for g, e in zip(got, expected):
+            assert g.shape == tuple(e.shape), (g.shape, tuple(e.shape))
+            # atol scales with the output's magnitude: random weights without
+            # trained normalization give some models (Inception) outputs of 1e10.
+            scale = max(1.0, float(e.abs().max())) if e.numel() and e.is_floating_point() else 1.0
+            np.testing.assert_allclose(g, e.numpy(), atol=entry.atol * scale, rtol=entry.rtol)
+            if g.size:
+                diff = np.abs(g.astype(np.float64) - e.double().numpy())
+                err = max(err, float(np.max(diff)) / scale)
+        errors.append(err)
+    return errors
