@@ -42,6 +42,7 @@ class ExportResult:
     weight_bytes: int
     timings: dict[str, float] = field(default_factory=dict)
     model_bytes: bytes | None = None  # set when f=None
+    checks: dict[str, Any] = field(default_factory=dict)  # export_pretrained's verification
 
     def __str__(self) -> str:
         stages = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in self.timings.items())

@@ -1,5 +1,6 @@
 // scaled_dot_product_attention, decomposed into MatMul / Softmax / MatMul with
-// the boolean or additive mask, is_causal (top-left aligned, as torch), a
+// the boolean or additive mask (rows it hides entirely give zeros, as
+// torch's CPU kernels), is_causal (top-left aligned, as torch), a
 // custom scale, grouped-query attention (enable_gqa) and dropout; the dropout
 // family (identity unless train; else random masks as torch draws them:
 // elementwise, per channel for the feature_ forms, alpha-preserving for the
@@ -104,8 +105,10 @@ void sdpa(Ctx& c) {
   std::string scores = c.b.op("MatMul", {q, kt});
   scores = c.b.op("Mul", {scores, c.b.scalar(t, scale)});
 
-  if (auto mask = c.opt_tensor("attn_mask")) {
-    if (c.dtype(*mask) == DType::Bool) {
+  auto mask = c.opt_tensor("attn_mask");
+  const bool bool_mask = mask && c.dtype(*mask) == DType::Bool;
+  if (mask) {
+    if (bool_mask) {
       std::string neg = c.b.scalar(t, -INFINITY);
       scores = c.b.op("Where", {*mask, scores, neg});
     } else {
@@ -135,6 +138,14 @@ void sdpa(Ctx& c) {
     scores = c.b.op("Where", {causal, scores, c.b.scalar(t, -INFINITY)});
   }
   std::string p = c.b.op("Softmax", {scores}, {Attr::Int("axis", -1)});
+  // A query row the mask hides entirely (a left-padded position) gets
+  // softmax(-inf, ..., -inf) = NaN; torch's CPU kernels give it zeros, and a
+  // NaN there would reach every later position through the next layer's keys
+  // and values. Zero such rows as torch does.
+  if (bool_mask)
+    p = c.b.op("Where", {*mask, p, c.b.scalar(t, 0.0)});
+  else if (mask)
+    p = c.b.op("Where", {c.b.op("IsNaN", {p}), c.b.scalar(t, 0.0), p});
   p = emit_dropout(c, p, c.f("dropout_p", 0.0), true, false, false).first;
   c.set_output(0, c.b.op("MatMul", {p, v}, {}, c.out_type()));
 }

@@ -1,0 +1,285 @@
+"""Hugging Face transformers, end to end: the one module of pt2onnx that knows
+about transformers.
+
+- `prepare()` makes transformers' models capturable: it registers
+  `DynamicCache` as a pytree node with transformers' own export registration
+  (so a cache is an input and an output of the exported graph, named
+  `past_key_values.<layer>.key` / `present.<layer>.key` by the C++ core), and,
+  when torchvision is installed but its compiled operators cannot load with
+  this torch (its PyPI wheel is built against CUDA torch), keeps torchvision
+  from registering them so that transformers' imports of it succeed.
+  Nothing else is needed: transformers' attention masks already trace under
+  torch.export (measured with transformers 5.23), and every op they use is
+  converted in C++.
+- `export_pretrained(path, task)` exports a local checkpoint directory (as
+  `save_pretrained` writes it) for a task, with example inputs and dynamic
+  shapes chosen for the task, and verifies the file in onnxruntime.
+- `main()` is the `pt2onnx-pretrained` command.
+
+Nothing here reaches the network: checkpoints load with local_files_only and
+the hub's offline mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import os
+import sys
+import types
+from typing import Any
+
+import torch
+
+from ._export import ExportResult, export
+
+TASKS = ("text-generation-with-past", "text-generation", "feature-extraction",
+         "image-classification", "seq2seq")
+
+
+def _torchvision_ops_unloadable() -> bool:
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or "torchvision" in sys.modules or not spec.submodule_search_locations:
+        return False
+    lib = os.path.join(list(spec.submodule_search_locations)[0], "_C.so")
+    if not os.path.exists(lib):
+        return False
+    try:
+        torch.ops.load_library(lib)
+    except (OSError, RuntimeError):
+        return True
+    return False
+
+
+def prepare() -> None:
+    """Makes transformers' models capturable (see the module docstring).
+    Idempotent; call it before importing transformers' models."""
+    if _torchvision_ops_unloadable():
+        sys.modules.setdefault("torchvision._meta_registrations",
+                               types.ModuleType("torchvision._meta_registrations"))
+    from transformers import DynamicCache
+    from transformers.integrations.executorch import register_dynamic_cache_export_support
+
+    if DynamicCache not in torch.utils._pytree.SUPPORTED_NODES:
+        register_dynamic_cache_export_support()
+
+
+# ---- example inputs per task ---------------------------------------------------
+
+def _accepts(model: torch.nn.Module, name: str) -> bool:
+    return name in inspect.signature(model.forward).parameters
+
+
+def _text_inputs(model, batch: int, seq: int, past: int = 0) -> dict[str, Any]:
+    vocab = model.config.vocab_size
+    d: dict[str, Any] = {"input_ids": torch.randint(0, vocab, (batch, seq))}
+    mask = torch.ones(batch, past + seq, dtype=torch.long)
+    if batch > 1 and past + seq > 1:
+        mask[0, 0] = 0  # a left-padded row: the mask is live data
+    d["attention_mask"] = mask
+    if _accepts(model, "token_type_ids") and getattr(model.config, "type_vocab_size", 0) > 1:
+        d["token_type_ids"] = torch.zeros(batch, seq, dtype=torch.long)
+    return d
+
+
+def _image_inputs(model, batch: int) -> dict[str, Any]:
+    cfg = model.config
+    size = cfg.image_size if isinstance(cfg.image_size, int) else cfg.image_size[0]
+    return {"pixel_values": torch.randn(batch, cfg.num_channels, size, size)}
+
+
+def _audio_inputs(model, batch: int) -> dict[str, Any]:
+    cfg = model.config
+    # Whisper-like encoders take exactly 2 * max_source_positions frames.
+    return {"input_features": torch.randn(batch, cfg.num_mel_bins,
+                                          2 * cfg.max_source_positions)}
+
+
+def _past(model, batch: int, past: int):
+    """A DynamicCache of `past` positions, made by the model itself (a
+    prefill run), so any decoder's layer count, heads and head size fit."""
+    if past == 0:
+        return None
+    with torch.no_grad():
+        out = model(input_ids=torch.randint(0, model.config.vocab_size, (batch, past)),
+                    use_cache=True)
+    return out.past_key_values
+
+
+class _TaskInputs:
+    """Example inputs of one task at (batch, seq, past), and its dynamic shapes."""
+
+    def __init__(self, model, task: str):
+        self.model, self.task = model, task
+        self.main = getattr(model, "main_input_name", "input_ids")
+
+    def make(self, batch: int, seq: int, past: int = 0) -> dict[str, Any]:
+        m = self.model
+        if self.main == "pixel_values":
+            return _image_inputs(m, batch)
+        if self.task == "seq2seq":
+            d = (_audio_inputs(m, batch) if self.main == "input_features"
+                 else _text_inputs(m, batch, seq))
+            d["decoder_input_ids"] = torch.randint(0, m.config.vocab_size,
+                                                   (batch, max(seq // 2, 1)))
+            return d
+        d = _text_inputs(m, batch, seq, past)
+        if self.task == "text-generation-with-past":
+            if _accepts(m, "position_ids"):
+                pos = d["attention_mask"].cumsum(-1) - 1
+                d["position_ids"] = pos.clamp(min=0)[:, past:]
+            d["past_key_values"] = _past(m, batch, past)
+        return d
+
+    def dynamic_shapes(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        ds: dict[str, Any] = {}
+        for k, v in inputs.items():
+            if k == "past_key_values":
+                n = len(v.layers)
+                axes = {0: "batch_size", 2: "past_sequence_length"}
+                ds[k] = [[axes] * n, [axes] * n]
+            elif k == "attention_mask" and self.task == "text-generation-with-past":
+                ds[k] = {0: "batch_size", 1: "total_sequence_length"}
+            elif k == "decoder_input_ids":
+                ds[k] = {0: "batch_size", 1: "decoder_sequence_length"}
+            elif k in ("pixel_values", "input_features"):
+                ds[k] = {0: "batch_size"}
+            else:
+                ds[k] = {0: "batch_size", 1: "sequence_length"}
+        return ds
+
+
+def _model_class(task: str):
+    import transformers as tr
+
+    return {"text-generation-with-past": tr.AutoModelForCausalLM,
+            "text-generation": tr.AutoModelForCausalLM,
+            "feature-extraction": tr.AutoModel,
+            "image-classification": tr.AutoModelForImageClassification,
+            "seq2seq": tr.AutoModelForSeq2SeqLM}[task]
+
+
+def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
+    """The model of a local checkpoint directory for `task`, in eval mode, in
+    fp32, never touching the network."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
+    path = os.fspath(path)
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(f"{path}: not a checkpoint directory (no config.json; "
+                                "save one with model.save_pretrained(path))")
+    prepare()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model = _model_class(task).from_pretrained(path, local_files_only=True,
+                                               trust_remote_code=False,
+                                               dtype=torch.float32,
+                                               use_cache=task == "text-generation-with-past")
+    return model.eval()
+
+
+def _leaves(x) -> list[torch.Tensor]:
+    return [t for t in torch.utils._pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
+
+
+def _verify(model, path: str, inputs: _TaskInputs, sizes, atol: float, rtol: float) -> float:
+    """Max abs difference of every output, onnxruntime against PyTorch, over
+    fresh inputs at `sizes` ((batch, seq, past) triples); raises on a mismatch."""
+    import numpy as np
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    worst = 0.0
+    for batch, seq, past in sizes:
+        kwargs = inputs.make(batch, seq, past)
+        feeds_t = dict(kwargs)
+        if inputs.task == "text-generation-with-past" and past == 0:
+            # The first step (prefill) feeds an empty cache.
+            cache = inputs.make(batch, seq, 1)["past_key_values"]
+            feeds_t["past_key_values"] = [[t[:, :, :0] for t in cache_list]
+                                          for cache_list in _cache_lists(cache)]
+        flat = _leaves(feeds_t)
+        if len(flat) != len(names):
+            raise AssertionError(f"{path}: {len(names)} inputs, {len(flat)} given")
+        got = sess.run(None, {n: t.numpy() for n, t in zip(names, flat)})
+        with torch.no_grad():
+            expected = _leaves(model(**kwargs))
+        if len(got) != len(expected):
+            raise AssertionError(f"{path}: {len(got)} outputs, PyTorch gives {len(expected)}")
+        for name, g, e in zip([o.name for o in sess.get_outputs()], got, expected):
+            if g.shape != tuple(e.shape):
+                raise AssertionError(f"{name}: shape {g.shape}, PyTorch {tuple(e.shape)}")
+            np.testing.assert_allclose(g, e.numpy(), atol=atol, rtol=rtol, err_msg=name)
+            if g.size:
+                worst = max(worst, float(np.max(np.abs(g - e.numpy()))))
+    return worst
+
+
+def _cache_lists(cache) -> list[list[torch.Tensor]]:
+    return [[layer.keys for layer in cache.layers], [layer.values for layer in cache.layers]]
+
+
+def export_pretrained(
+    path: str | os.PathLike,
+    task: str,
+    f: str | os.PathLike | None = None,
+    *,
+    opset: int | None = None,
+    verify: bool = True,
+    atol: float = 1e-4,
+    rtol: float = 1e-4,
+) -> ExportResult:
+    """Exports the local transformers checkpoint at `path` (config.json +
+    weights, as save_pretrained writes) for `task` to `f` (default:
+    `<path>/model.onnx`), with dynamic batch and sequence lengths, and checks
+    it in onnxruntime against PyTorch on fresh inputs of other sizes.
+
+    Tasks: text-generation-with-past (a decoder step: input_ids,
+    attention_mask, position_ids, past_key_values.<i>.key/value -> logits,
+    present.<i>.key/value; one file serves prefill, with an empty cache, and
+    decode), text-generation (no cache), feature-extraction (the base model),
+    image-classification, seq2seq (encoder-decoder forward with
+    decoder_input_ids, no cache). The result's `checks` has the verification's
+    max abs error."""
+    model = load_pretrained(path, task)
+    f = os.fspath(f) if f is not None else os.path.join(os.fspath(path), "model.onnx")
+    inputs = _TaskInputs(model, task)
+    torch.manual_seed(0)
+    example = inputs.make(2, 8, 4 if task == "text-generation-with-past" else 0)
+    result = export(model, (), f, kwargs=example, dynamic_shapes=inputs.dynamic_shapes(example),
+                    opset=opset)
+    if verify:
+        torch.manual_seed(1)
+        sizes = ([(1, 1, 7), (3, 5, 0), (2, 3, 2)] if task == "text-generation-with-past"
+                 else [(1, 5, 0), (3, 11, 0)])
+        result.checks["max_abs_error"] = _verify(model, f, inputs, sizes, atol, rtol)
+        result.checks["verified_sizes"] = sizes
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="pt2onnx-pretrained",
+        description="Export a local transformers checkpoint directory to ONNX and verify it "
+                    "in onnxruntime (never reaches the network).")
+    p.add_argument("path", help="checkpoint directory (config.json + weights)")
+    p.add_argument("--task", required=True, choices=TASKS)
+    p.add_argument("-o", "--output", help="ONNX file to write (default: PATH/model.onnx)")
+    p.add_argument("--opset", type=int, default=None)
+    p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime check")
+    a = p.parse_args(argv)
+    try:
+        r = export_pretrained(a.path, a.task, a.output, opset=a.opset, verify=not a.no_verify)
+    except Exception as e:  # one clear line, no traceback, for the command
+        print(f"pt2onnx-pretrained: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    print(r)
+    if r.checks:
+        print(f"  verified in onnxruntime at (batch, seq, past) {r.checks['verified_sizes']}: "
+              f"max abs error {r.checks['max_abs_error']:.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
