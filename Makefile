@@ -7,7 +7,8 @@ APT_PACKAGES := libsimdjson-dev libgtest-dev clang-format time
 STAMP := build/.deps-stamp
 
 .PHONY: all deps deps-clang build python cpp demo test test-quick test-cpp test-python \
-        test-sanitize fuzz bench bench-quick bench-deps bench-pt2 coverage format format-check clean
+        test-sanitize fuzz bench bench-quick bench-deps bench-pt2 zoo coverage format format-check \
+        clean
 
 all: build
 
@@ -105,6 +106,11 @@ bench: python bench-deps
 # A minute or two on small models, to bench/out/quick/ (CI runs it: that it works).
 bench-quick: python bench-deps
 	$(PYTHON) bench/run.py --quick
+
+# The model zoo (tests/models/zoo.py) through pt2onnx and torch.onnx dynamo=True, a fresh process
+# per export (~20 min; writes bench/zoo.md and bench/zoo.json).
+zoo: python bench-deps
+	$(PYTHON) bench/zoo.py
 
 # .pt2 conversion against cp (~2 min; writes bench/results_pt2.md).
 bench-pt2: cpp

@@ -1,0 +1,255 @@
+"""The model zoo (tests/models/zoo.py) through pt2onnx and torch.onnx.export(dynamo=True), side
+by side in one run, each (model, exporter) in a fresh process.
+
+    python bench/zoo.py [--models a,b] [--out DIR] [--timeout S]  # -> bench/zoo.md, bench/zoo.json
+    python bench/zoo.py --one MODEL EXPORTER OUTDIR               # worker: JSON result lines
+
+Per export: wall time of the export call, peak RSS beyond the built model, and the onnxruntime
+check of tests/models/zoo_check.py (full onnx.checker, every output against PyTorch on fresh
+inputs at the entry's check sizes)."""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# tests/models' zoo.py, not this file, is the module `zoo`: imported while its directory leads
+# sys.path (export_one puts bench/ back in front).
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "models"))
+from zoo import ZOO, build  # noqa: E402
+from export_one import THREADS, reset_peak, status_kb  # noqa: E402
+
+EXPORTERS = ["pt2onnx", "torch.onnx"]
+RESULT = "ZOO-RESULT "  # marks the worker's lines among whatever the exporters print
+MD = os.path.join(HERE, "zoo.md")
+JSON = os.path.join(HERE, "zoo.json")
+
+
+def first_line(e):
+    lines = str(e).strip().splitlines()
+    return (f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__)[:1000]
+
+
+def emit(rep):
+    print(RESULT + json.dumps(rep), flush=True)
+
+
+def one(name, exporter, out):
+    """Worker: export `name` with `exporter`, then compare it in onnxruntime."""
+    import torch
+
+    import pt2onnx  # imported before the clock: only the export call is timed
+    import zoo_check
+
+    torch.set_num_threads(THREADS)
+    model, make, dyn = build(name)
+    kwargs = make(*ZOO[name].export_size)
+    path = os.path.abspath(os.path.join(out, f"{name}.{exporter}.onnx"))
+    rep = {"model": name, "exporter": exporter}
+    rss0 = status_kb("VmRSS")
+    try:
+        reset_peak()
+        rep["hwm_reset"] = True
+    except OSError:
+        rep["hwm_reset"] = False
+    t0 = time.perf_counter()
+    try:
+        if exporter == "pt2onnx":
+            r = pt2onnx.export(model, (), path, kwargs=kwargs, dynamic_shapes=dyn)
+            rep["timings"] = r.timings
+        else:
+            torch.onnx.export(model, (), path, kwargs=kwargs, dynamic_shapes=dyn, dynamo=True)
+    except Exception as e:
+        emit({**rep, "status": "export-failed", "error": first_line(e)})
+        return
+    rep["export_s"] = time.perf_counter() - t0
+    rep["peak_mb"] = (status_kb("VmHWM") - rss0) * 1024 / 1e6
+    # Printed before the check too, so that a check that crashes the worker keeps the export.
+    emit(rep)
+    # compare() checks the proto loaded without its external data, which onnx then looks for
+    # beside the working directory: torch.onnx writes its weights to path + ".data" by default.
+    os.chdir(out)
+    try:
+        rep.update(status="ok", max_err=max(zoo_check.compare(name, path)))
+    except AssertionError as e:
+        # numpy's assert_allclose: outputs differ; compare's own asserts: input / output counts
+        # or shapes differ.
+        m = re.search(r"Max absolute difference[^:]*:\s*(\S+)", str(e))
+        if m:
+            rep.update(status="mismatch", max_abs_diff=float(m.group(1)))
+        else:
+            rep.update(status="check-failed", error=first_line(e))
+    except Exception as e:
+        rep.update(status="check-failed", error=first_line(e))
+    emit(rep)
+
+
+def run_worker(name, exporter, out, timeout):
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", name, exporter, out]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        stdout = p.stdout
+        stderr = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        failure = None if p.returncode == 0 else (stderr[-1] if stderr else f"exit {p.returncode}")
+    except subprocess.TimeoutExpired as e:
+        stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+        failure = f"timed out after {timeout} s"
+    lines = [ln[len(RESULT):] for ln in stdout.splitlines() if ln.startswith(RESULT)]
+    rep = json.loads(lines[-1]) if lines else {"model": name, "exporter": exporter}
+    if "status" not in rep:
+        # The worker died: before its export line, or else during the check.
+        rep["status"] = "check-failed" if "export_s" in rep else "export-failed"
+        rep["error"] = (failure or "no result")[:1000]
+    rep["family"] = ZOO[name].family
+    return rep
+
+
+def machine():
+    with open("/proc/meminfo") as f:
+        mem_kb = int(next(ln.split()[1] for ln in f if ln.startswith("MemTotal:")))
+    cpu = platform.machine()
+    with open("/proc/cpuinfo") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    pkgs = ["torch", "transformers", "timm", "torchvision", "onnxruntime", "onnx", "onnxscript"]
+    return (f"{len(os.sched_getaffinity(0))} cores ({cpu}), {mem_kb / 2**20:.0f} GiB RAM; "
+            f"Python {platform.python_version()}, "
+            + ", ".join(f"{p} {version(p)}" for p in pkgs))
+
+
+def cell_s(r):
+    return f"{r['export_s']:.2f}" if "export_s" in r else "-"
+
+
+def cell_mb(r):
+    return f"{r['peak_mb']:.0f}" if "peak_mb" in r else "-"
+
+
+def cell_match(r):
+    if r["status"] == "ok":
+        return f"ok ({r['max_err']:.1e})"
+    if r["status"] == "mismatch":
+        return f"**MISMATCH** (max abs diff {r['max_abs_diff']:.2e})"
+    what = "export failed" if r["status"] == "export-failed" else "check failed"
+    err = r["error"]
+    if len(err) > 200:  # onnxruntime's first lines run long: keep the kind and the specifics
+        err = err[:120] + " … " + err[-80:]
+    return f"**{what}**: {err}".replace("|", "/")
+
+
+def report(results, models, command, started, wall_s):
+    by = {(r["model"], r["exporter"]): r for r in results}
+    resets = {r.get("hwm_reset") for r in results if "peak_mb" in r}
+    peak_how = ("VmHWM, reset just before the call by writing 5 to /proc/self/clear_refs"
+                if resets == {True} else
+                "VmHWM, which could not be reset here (/proc/self/clear_refs) in some or all "
+                "workers, so it may hold the model build's own peak")
+    lines = [
+        "# Model zoo: pt2onnx against torch.onnx.export(dynamo=True)", "",
+        f"Written by `{command}` on {started:%Y-%m-%d %H:%M} UTC in {wall_s / 60:.1f} min. "
+        f"Machine: {machine()}.", "",
+        "Every model of `tests/models/zoo.py` (real definitions, small configs, random weights) "
+        "exported at its export size with dynamic batch (and sequence) dims, by "
+        "`pt2onnx.export(model, (), path, kwargs=..., dynamic_shapes=...)` and by "
+        "`torch.onnx.export(model, (), path, kwargs=..., dynamic_shapes=..., dynamo=True)` with "
+        "its defaults otherwise. Each (model, exporter) ran in a fresh process, all in the same "
+        "run, the exporter going first alternating from model to model; torch on "
+        f"{THREADS} threads.", "",
+        "- **time**: wall time of the export call alone (model and inputs built, pt2onnx "
+        "imported). It is the process's first export, so one-time work inside the call counts: "
+        "torch.onnx imports onnxscript on its first export.",
+        f"- **peak**: the worker's peak RSS during the export ({peak_how}) minus its RSS "
+        "(VmRSS) before the call.",
+        "- **ORT match**: `zoo_check.compare` (what `tests/models/test_zoo.py` runs): full "
+        "onnx.checker, then onnxruntime (CPU, 2 intra-op threads) against PyTorch on fresh "
+        "inputs at the entry's check sizes, inputs fed positionally in pytree-leaf order, "
+        "atol = rtol = 1e-4 with atol scaled by the output's magnitude when above 1. "
+        "ok (e): e is the max error, relative to the output's scale when above 1; MISMATCH: "
+        "numpy's max abs difference at the first size that failed; check failed: the checker, "
+        "onnxruntime or an input / output count or shape failed; export failed: the first "
+        "line of the exporter's error.", "",
+        "| model | family | pt2onnx (s) | torch.onnx (s) | pt2onnx / torch.onnx | "
+        "pt2onnx peak (MB) | torch.onnx peak (MB) | pt2onnx ORT match | torch.onnx ORT match |",
+        "|---|---|--:|--:|--:|--:|--:|---|---|",
+    ]
+    both = []
+    for m in models:
+        p, t = by[(m, "pt2onnx")], by[(m, "torch.onnx")]
+        ratio = "-"
+        if "export_s" in p and "export_s" in t:
+            both.append((m, p["export_s"], t["export_s"]))
+            ratio = f"{p['export_s'] / t['export_s']:.2f}"
+        lines.append(f"| {m} | {ZOO[m].family} | {cell_s(p)} | {cell_s(t)} | {ratio} | "
+                     f"{cell_mb(p)} | {cell_mb(t)} | {cell_match(p)} | {cell_match(t)} |")
+    lines += ["", "## Summary", ""]
+    for e in EXPORTERS:
+        rs = [by[(m, e)] for m in models]
+        count = {s: sum(r["status"] == s for r in rs)
+                 for s in ("ok", "mismatch", "check-failed", "export-failed")}
+        lines.append(f"- {e}: exported and matching {count['ok']} / {len(rs)} (mismatch "
+                     f"{count['mismatch']}, check failed {count['check-failed']}, export failed "
+                     f"{count['export-failed']}).")
+    if both:
+        ratios = [(pt / tt, m) for m, pt, tt in both]
+        worst = max(ratios)
+        lines.append(f"- time pt2onnx / torch.onnx over the {len(both)} models both export: "
+                     f"median {statistics.median(r for r, _ in ratios):.2f}, max "
+                     f"{worst[0]:.2f} ({worst[1]}).")
+        lines.append(f"- total export time over those models: pt2onnx "
+                     f"{sum(pt for _, pt, _ in both):.1f} s, torch.onnx "
+                     f"{sum(tt for _, _, tt in both):.1f} s.")
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--one", nargs=3, metavar=("MODEL", "EXPORTER", "OUTDIR"),
+                    help=argparse.SUPPRESS)
+    ap.add_argument("--models", help="comma-separated subset of the zoo (default: all)")
+    ap.add_argument("--out", help="keep the .onnx files in this directory (default: a temporary "
+                    "directory, deleted afterwards)")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per worker (default 600)")
+    args = ap.parse_args()
+    if args.one:
+        one(*args.one)
+        return 0
+    models = args.models.split(",") if args.models else list(ZOO)
+    unknown = [m for m in models if m not in ZOO]
+    if unknown:
+        ap.error(f"not in the zoo: {', '.join(unknown)}")
+    out = os.path.abspath(args.out or tempfile.mkdtemp(prefix="zoo-"))
+    os.makedirs(out, exist_ok=True)
+    command = " ".join(["python bench/zoo.py", *sys.argv[1:]])
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t0 = time.perf_counter()
+    results = []
+    try:
+        for i, m in enumerate(models):
+            for e in EXPORTERS if i % 2 == 0 else EXPORTERS[::-1]:
+                print(f"{m:24s} {e:10s} ...", end=" ", flush=True)
+                r = run_worker(m, e, out, args.timeout)
+                results.append(r)
+                print(f"{cell_s(r)} s, {cell_match(r)}", flush=True)
+                with open(JSON, "w") as f:
+                    json.dump(results, f, indent=1)
+    finally:
+        if not args.out:
+            shutil.rmtree(out, ignore_errors=True)
+    lines = report(results, models, command, started, time.perf_counter() - t0)
+    with open(MD, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
