@@ -1,0 +1,243 @@
+"""transformers end to end: decoder LLMs with a KV cache (greedy generation
+run entirely in onnxruntime against transformers' generate), a DynamicCache
+as an input, and local checkpoints through export_pretrained and the
+pt2onnx-pretrained command. Random weights from small configs; no hub."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import pt2onnx
+import zoo  # noqa: F401  (keeps torchvision's operator registrations out)
+from pt2onnx import hf
+from zoo_check import ort_session
+
+NEW_TOKENS = 8
+
+
+def _llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0))
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2,
+                                      n_head=4, bos_token_id=1, eos_token_id=2, pad_token_id=0))
+
+
+DECODERS = {"llama": _llama, "gpt2": _gpt2}
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails the test."""
+    def refuse(*a, **k):
+        raise AssertionError("tried to reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def _save(model, path):
+    model.save_pretrained(path)
+    return str(path)
+
+
+def _ort_greedy(path, input_ids, attention_mask, n_layers, new_tokens):
+    """Prefill (an empty cache) then one token per step with the cache fed
+    back, all in onnxruntime; positions from the mask as transformers does."""
+    sess = ort_session(path)
+    ins = {i.name: i for i in sess.get_inputs()}
+    outs = [o.name for o in sess.get_outputs()]
+    kv_shape = ins["past_key_values.0.key"].shape  # [batch, heads, past, head]
+    heads, head_dim = kv_shape[1], kv_shape[3]
+    batch = input_ids.shape[0]
+    past = {f"past_key_values.{i}.{kv}": np.zeros((batch, heads, 0, head_dim), np.float32)
+            for i in range(n_layers) for kv in ("key", "value")}
+    ids, mask, tokens = input_ids, attention_mask, []
+    for _ in range(new_tokens):
+        pos = np.cumsum(mask, -1) - 1
+        pos[mask == 0] = 1
+        pos = pos[:, -ids.shape[1]:]
+        feeds = {"input_ids": ids, "attention_mask": mask, **past}
+        if "position_ids" in ins:
+            feeds["position_ids"] = pos
+        got = dict(zip(outs, sess.run(None, feeds)))
+        nxt = got["logits"][:, -1].argmax(-1).astype(np.int64)[:, None]
+        tokens.append(nxt)
+        past = {k: got["present" + k[len("past_key_values"):]] for k in past}
+        ids = nxt
+        mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], 1)
+    return np.concatenate(tokens, 1)
+
+
+@pytest.mark.parametrize("arch", sorted(DECODERS))
+def test_greedy_generation_in_onnxruntime(arch, tmp_path):
+    torch.manual_seed(0)
+    model = DECODERS[arch]().eval()
+    ckpt = _save(model, tmp_path / arch)
+    onnx_path = str(tmp_path / f"{arch}.onnx")
+    r = hf.export_pretrained(ckpt, "text-generation-with-past", onnx_path)
+    assert r.checks["max_abs_error"] < 1e-4
+
+    m = onnx.load(onnx_path)
+    n_layers = model.config.num_hidden_layers
+    expected_in = ["input_ids", "attention_mask", "position_ids"] + [
+        f"past_key_values.{i}.{kv}" for kv in ("key", "value") for i in range(n_layers)]
+    expected_out = ["logits"] + [f"present.{i}.{kv}" for kv in ("key", "value")
+                                 for i in range(n_layers)]
+    assert [i.name for i in m.graph.input] == expected_in
+    assert [o.name for o in m.graph.output] == expected_out
+    dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+            for i in m.graph.input}
+    assert dims["input_ids"] == ["batch_size", "sequence_length"]
+    assert dims["past_key_values.0.key"][:3:2] == ["batch_size", "past_sequence_length"]
+
+    # Two prompts, the second left-padded by two: the mask matters.
+    torch.manual_seed(3)
+    ids = torch.randint(3, 128, (2, 6))
+    mask = torch.ones(2, 6, dtype=torch.long)
+    ids[1, :2] = 0
+    mask[1, :2] = 0
+    model.generation_config.eos_token_id = None  # exactly NEW_TOKENS, no early stop
+    with torch.no_grad():
+        ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS,
+                             min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+    ref_tokens = ref[:, ids.shape[1]:].numpy()
+    got = _ort_greedy(onnx_path, ids.numpy(), mask.numpy(), n_layers, NEW_TOKENS)
+    assert ref_tokens.shape == (2, NEW_TOKENS)
+    np.testing.assert_array_equal(got, ref_tokens)
+
+
+def test_dynamic_cache_input_after_transformers_registration(tmp_path):
+    """A transformers DynamicCache passed straight to export (registered by
+    transformers' own helper first, as its docs say): inputs and outputs take
+    Hugging Face's names; the string dim names inside the cache's spec name
+    the ONNX dims. torch.onnx fails on this capture in its decomposition
+    ("Constant tensor lifted_tensor_... is not in the constants dictionary")."""
+    from transformers.integrations.executorch import register_dynamic_cache_export_support
+
+    register_dynamic_cache_export_support()
+    hf.prepare()  # idempotent after transformers' registration
+    torch.manual_seed(0)
+    model = _llama().eval()
+    with torch.no_grad():
+        cache = model(input_ids=torch.randint(0, 128, (2, 4)), use_cache=True).past_key_values
+    kwargs = {"input_ids": torch.randint(0, 128, (2, 3)),
+              "attention_mask": torch.ones(2, 7, dtype=torch.long),
+              "past_key_values": cache}
+    kv = {0: "batch", 2: "past"}
+    ds = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
+          "past_key_values": [[kv, kv], [kv, kv]]}
+    path = str(tmp_path / "m.onnx")
+    pt2onnx.export(model, (), path, kwargs=kwargs, dynamic_shapes=ds)
+    sess = ort_session(path)
+    assert [i.name for i in sess.get_inputs()][2:] == [
+        "past_key_values.0.key", "past_key_values.1.key",
+        "past_key_values.0.value", "past_key_values.1.value"]
+    assert sess.get_inputs()[2].shape[:3] == ["batch", 2, "past"]
+    # Other sizes: batch 3, 5 cached positions, 2 new tokens.
+    with torch.no_grad():
+        cache2 = model(input_ids=torch.randint(0, 128, (3, 5)), use_cache=True).past_key_values
+        leaves = [layer.keys for layer in cache2.layers] + [layer.values for layer in cache2.layers]
+        feeds = {"input_ids": torch.randint(0, 128, (3, 2)),
+                 "attention_mask": torch.ones(3, 7, dtype=torch.long)}
+        got = sess.run(None, {**{k: v.numpy() for k, v in feeds.items()},
+                              **{i.name: t.numpy()
+                                 for i, t in zip(sess.get_inputs()[2:], leaves)}})
+        exp = model(**feeds, past_key_values=cache2, use_cache=True)
+    np.testing.assert_allclose(got[0], exp.logits.numpy(), atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(got[1], exp.past_key_values.layers[0].keys.numpy(),
+                               atol=1e-5, rtol=1e-5)
+    assert [o.name for o in sess.get_outputs()] == [
+        "logits", "present.0.key", "present.1.key", "present.0.value", "present.1.value"]
+
+
+def _bert():
+    from transformers import BertConfig, BertModel
+
+    return BertModel(BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2,
+                                num_attention_heads=4, intermediate_size=64))
+
+
+def _vit():
+    from transformers import ViTConfig, ViTForImageClassification
+
+    return ViTForImageClassification(ViTConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, num_labels=10))
+
+
+def _t5():
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    return T5ForConditionalGeneration(T5Config(
+        vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+        decoder_start_token_id=0, pad_token_id=0))
+
+
+CHECKPOINTS = {
+    "feature-extraction": (_bert, ["input_ids", "attention_mask", "token_type_ids"],
+                           ["last_hidden_state", "pooler_output"]),
+    "image-classification": (_vit, ["pixel_values"], ["logits"]),
+    "seq2seq": (_t5, ["input_ids", "attention_mask", "decoder_input_ids"],
+                ["logits", "encoder_last_hidden_state"]),
+    "text-generation": (_gpt2, ["input_ids", "attention_mask"], ["logits"]),
+}
+
+
+@pytest.mark.parametrize("task", sorted(CHECKPOINTS))
+def test_export_pretrained(task, tmp_path):
+    build, ins, outs = CHECKPOINTS[task]
+    torch.manual_seed(0)
+    ckpt = _save(build().eval(), tmp_path / "ckpt")
+    assert os.path.exists(os.path.join(ckpt, "model.safetensors"))
+    r = hf.export_pretrained(ckpt, task)
+    path = os.path.join(ckpt, "model.onnx")
+    assert r.path == path and os.path.exists(path)
+    assert r.checks["max_abs_error"] < 1e-4
+    assert len(r.checks["verified_sizes"]) == 2
+    onnx.checker.check_model(path, full_check=True)
+    m = onnx.load(path)
+    assert [i.name for i in m.graph.input] == ins
+    assert [o.name for o in m.graph.output] == outs
+    assert m.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch_size"
+
+
+def test_export_pretrained_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        hf.export_pretrained(tmp_path, "feature-extraction")
+    with pytest.raises(ValueError, match="task must be one of"):
+        hf.export_pretrained(tmp_path, "translation")
+    assert not os.path.exists(tmp_path / "model.onnx")
+
+
+def test_pretrained_command(tmp_path):
+    torch.manual_seed(0)
+    ckpt = _save(_gpt2().eval(), tmp_path / "gpt2")
+    out = str(tmp_path / "out.onnx")
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    r = subprocess.run([sys.executable, "-m", "pt2onnx.hf", ckpt, "--task",
+                        "text-generation-with-past", "-o", out],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "verified in onnxruntime" in r.stdout and os.path.exists(out)
+    names = [i.name for i in onnx.load(out).graph.input]
+    assert "past_key_values.1.value" in names
+    bad = subprocess.run([sys.executable, "-m", "pt2onnx.hf", str(tmp_path / "missing"),
+                          "--task", "seq2seq"], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert bad.returncode == 1
+    assert "no config.json" in bad.stderr and "Traceback" not in bad.stderr
