@@ -108,9 +108,11 @@ bench-quick: python bench-deps
 	$(PYTHON) bench/run.py --quick
 
 # The model zoo (tests/models/zoo.py) through pt2onnx and torch.onnx dynamo=True, a fresh process
-# per export (~20 min; writes bench/zoo.md and bench/zoo.json).
+# per export, timed after a warm-up export (bench/zoo.md, .json) and cold (bench/zoo_cold.md,
+# .json); ~30 min.
 zoo: python bench-deps
 	$(PYTHON) bench/zoo.py
+	$(PYTHON) bench/zoo.py --cold
 
 # .pt2 conversion against cp (~2 min; writes bench/results_pt2.md).
 bench-pt2: cpp

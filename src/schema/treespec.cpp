@@ -95,8 +95,7 @@ bool is_dynamic_cache(const TreeSpec& t) {
   const std::string_view suffix = ".DynamicCache";
   return t.type.size() > suffix.size() &&
          t.type.compare(t.type.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-         t.keys == std::vector<std::string>{"key_cache", "value_cache"} &&
-         t.children.size() == 2;
+         t.keys == std::vector<std::string>{"key_cache", "value_cache"} && t.children.size() == 2;
 }
 
 void collect(const TreeSpec& t, std::vector<std::string>& path,

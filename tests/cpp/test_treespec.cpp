@@ -75,6 +75,38 @@ TEST(TreeSpec, OutputNames) {
   EXPECT_EQ(output_leaf_names(nt, {"x", "y"}), (Names{"x", "output_1.0"}));
 }
 
+TEST(TreeSpec, DynamicCacheNamesAsHuggingFace) {
+  // transformers' export registration: {key_cache: [k0, k1], value_cache: [v0, v1]} with the
+  // context [dict keys, sliding-window layout].
+  std::string l = leaf();
+  auto list2 = [&] { return node("builtins.list", R"("null")", {l, l}); };
+  std::string cache =
+      node("transformers.cache_utils.DynamicCache",
+           R"("[[\"key_cache\", \"value_cache\"], [null, null]]")", {list2(), list2()});
+  std::string args = tuple({});
+  std::string kwargs =
+      node("builtins.dict", R"("[\"input_ids\", \"past_key_values\"]")", {l, cache});
+  TreeSpec in = parse_treespec(spec(tuple({args, kwargs})), "in_spec");
+  EXPECT_EQ(input_leaf_names(in, {}),
+            (Names{"input_ids", "past_key_values.0.key", "past_key_values.1.key",
+                   "past_key_values.0.value", "past_key_values.1.value"}));
+  // Returned as a ModelOutput's past_key_values: the updated cache is `present`.
+  TreeSpec out = parse_treespec(spec(node("transformers.modeling_outputs.CausalLMOutputWithPast",
+                                          R"("[\"logits\", \"past_key_values\"]")", {l, cache})),
+                                "out_spec");
+  EXPECT_EQ(
+      output_leaf_names(out, {"a", "b", "c", "d", "e"}),
+      (Names{"logits", "present.0.key", "present.1.key", "present.0.value", "present.1.value"}));
+  // Another class with the same keys is not a cache: named by its keys.
+  std::string other =
+      node("m.NotACache", R"("[\"key_cache\", \"value_cache\"]")", {list2(), list2()});
+  TreeSpec o = parse_treespec(spec(node("builtins.dict", R"("[\"past_key_values\"]")", {other})),
+                              "out_spec");
+  EXPECT_EQ(output_leaf_names(o, {"a", "b", "c", "d"}),
+            (Names{"past_key_values.key_cache.0", "past_key_values.key_cache.1",
+                   "past_key_values.value_cache.0", "past_key_values.value_cache.1"}));
+}
+
 TEST(TreeSpec, NamesAreUnique) {
   Names n{"a", "a", "a_1", "b", "a"};
   make_unique(n);

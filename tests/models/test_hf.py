@@ -19,6 +19,8 @@ from pt2onnx import hf
 from zoo_check import ort_session
 
 NEW_TOKENS = 8
+CLI = os.environ.get("PT2ONNX_CLI", os.path.join(os.path.dirname(__file__), "..", "..", "build",
+                                                 "cpp", "pt2onnx"))
 
 
 def _llama():
@@ -161,6 +163,24 @@ def test_dynamic_cache_input_after_transformers_registration(tmp_path):
     np.testing.assert_allclose(got[0], exp.logits.numpy(), atol=1e-4, rtol=1e-4)
     np.testing.assert_allclose(got[1], exp.past_key_values.layers[0].keys.numpy(),
                                atol=1e-5, rtol=1e-5)
+
+    # The same names from a .pt2 through the command, byte for byte as the Python path.
+    dyn = torch.export.Dim.DYNAMIC
+    kv_d = {0: dyn, 2: dyn}
+    ep = torch.export.export(model, (), kwargs=kwargs, dynamic_shapes={
+        "input_ids": {0: dyn, 1: dyn}, "attention_mask": {0: dyn, 1: dyn},
+        "past_key_values": [[kv_d, kv_d], [kv_d, kv_d]]})
+    torch.export.save(ep, str(tmp_path / "m.pt2"))
+    py_path, cli_out = str(tmp_path / "py.onnx"), str(tmp_path / "cli.onnx")
+    pt2onnx.export(ep, (), py_path)
+    r = subprocess.run([CLI, str(tmp_path / "m.pt2"), "-o", cli_out], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    with open(py_path, "rb") as a, open(cli_out, "rb") as b:
+        assert a.read() == b.read()
+    assert [i.name for i in onnx.load(cli_out).graph.input][2:] == [
+        "past_key_values.0.key", "past_key_values.1.key",
+        "past_key_values.0.value", "past_key_values.1.value"]
     assert [o.name for o in sess.get_outputs()] == [
         "logits", "present.0.key", "present.1.key", "present.0.value", "present.1.value"]
 
