@@ -171,10 +171,14 @@ def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
                                 "save one with model.save_pretrained(path))")
     prepare()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    model = _model_class(task).from_pretrained(path, local_files_only=True,
-                                               trust_remote_code=False,
-                                               dtype=torch.float32,
-                                               use_cache=task == "text-generation-with-past")
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    if hasattr(config, "use_cache"):
+        # Set before the model is built: encoder-decoders copy it into their stacks.
+        config.use_cache = task == "text-generation-with-past"
+    model = _model_class(task).from_pretrained(path, config=config, local_files_only=True,
+                                               trust_remote_code=False, dtype=torch.float32)
     return model.eval()
 
 
