@@ -130,6 +130,16 @@ def one(name, exporter, out, warm):
     emit(rep)
 
 
+def settle(out, keep):
+    """Between workers: drop the outputs (unless kept) and flush dirty pages, so that no export
+    is throttled writing back another's file (torch.onnx does not fsync; pt2onnx does, and
+    would otherwise wait behind the previous worker's unwritten data)."""
+    if not keep:
+        for f in os.listdir(out):
+            os.unlink(os.path.join(out, f))
+    os.sync()
+
+
 def run_worker(name, exporter, out, timeout, warm):
     cmd = [sys.executable, os.path.abspath(__file__), "--one", name, exporter, out]
     if not warm:
@@ -206,7 +216,8 @@ def report(results, models, command, started, wall_s, cold):
         "`torch.onnx.export(model, (), path, kwargs=..., dynamic_shapes=..., dynamo=True)` with "
         "its defaults otherwise. Each (model, exporter) ran in a fresh process, all in the same "
         "run, the exporter going first alternating from model to model; torch on "
-        f"{THREADS} threads.", "",
+        f"{THREADS} threads. Before each worker the previous outputs are deleted and dirty "
+        "pages flushed (`sync`), so that no export is throttled writing back another's file.", "",
         "- **time**: wall time of the export call alone (model and inputs built, pt2onnx "
         "imported). " + (
             "It is the process's first export, so one-time work inside the call counts (about "
@@ -292,6 +303,7 @@ def main():
         for i, m in enumerate(models):
             for e in EXPORTERS if i % 2 == 0 else EXPORTERS[::-1]:
                 print(f"{m:24s} {e:10s} ...", end=" ", flush=True)
+                settle(out, keep=bool(args.out))
                 r = run_worker(m, e, out, args.timeout, not args.cold)
                 results.append(r)
                 print(f"{cell_s(r)} s, {cell_match(r)}", flush=True)

@@ -39,7 +39,34 @@ def _gpt2():
                                       n_head=4, bos_token_id=1, eos_token_id=2, pad_token_id=0))
 
 
-DECODERS = {"llama": _llama, "gpt2": _gpt2}
+def _decoder(config_cls, model_cls, **kw):
+    def build():
+        import transformers
+
+        cfg = getattr(transformers, config_cls)(vocab_size=128, num_hidden_layers=2,
+                                                 bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                                                 **kw)
+        return getattr(transformers, model_cls)(cfg)
+
+    return build
+
+
+_GQA = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
+DECODERS = {
+    "llama": _llama,
+    "gpt2": _gpt2,
+    "qwen2": _decoder("Qwen2Config", "Qwen2ForCausalLM", **_GQA),
+    "mistral": _decoder("MistralConfig", "MistralForCausalLM", **_GQA),
+    "phi3": _decoder("Phi3Config", "Phi3ForCausalLM", **_GQA),
+    "gemma": _decoder("GemmaConfig", "GemmaForCausalLM", head_dim=16, **_GQA),
+    "gpt_neox": _decoder("GPTNeoXConfig", "GPTNeoXForCausalLM", hidden_size=64,
+                         intermediate_size=128, num_attention_heads=4),
+    "opt": _decoder("OPTConfig", "OPTForCausalLM", hidden_size=64, ffn_dim=128,
+                    num_attention_heads=4, word_embed_proj_dim=64, max_position_embeddings=64),
+    "falcon": _decoder("FalconConfig", "FalconForCausalLM", hidden_size=64,
+                       num_attention_heads=4),
+    "bloom": _decoder("BloomConfig", "BloomForCausalLM", hidden_size=64, n_head=4),
+}
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +123,8 @@ def test_greedy_generation_in_onnxruntime(arch, tmp_path):
 
     m = onnx.load(onnx_path)
     n_layers = model.config.num_hidden_layers
-    expected_in = ["input_ids", "attention_mask", "position_ids"] + [
+    with_pos = ["position_ids"] if hf._accepts(model, "position_ids") else []  # not BLOOM's ALiBi
+    expected_in = ["input_ids", "attention_mask"] + with_pos + [
         f"past_key_values.{i}.{kv}" for kv in ("key", "value") for i in range(n_layers)]
     expected_out = ["logits"] + [f"present.{i}.{kv}" for kv in ("key", "value")
                                  for i in range(n_layers)]

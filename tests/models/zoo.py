@@ -159,6 +159,20 @@ def _tv(name, **kw):
     return factory
 
 
+# More torchvision classifiers (name, constructor arguments, input).
+MORE_TORCHVISION = [
+    ("squeezenet1_1", {}, images(3, 64)),
+    ("shufflenet_v2_x0_5", {}, images(3, 32)),
+    ("googlenet", {"aux_logits": False, "init_weights": True}, images(3, 32)),
+    ("mnasnet0_5", {}, images(3, 32)),
+    ("regnet_y_400mf", {}, images(3, 32)),
+    ("resnext50_32x4d", {}, images(3, 32)),
+    ("efficientnet_v2_s", {}, images(3, 32)),
+    ("swin_t", {}, images(3, 64)),
+    ("maxvit_t", {}, images(3, 224)),  # its window partition needs 224
+]
+
+
 def _tv_densenet():
     from torchvision.models import DenseNet
 
@@ -280,6 +294,62 @@ def _hf_vit():
     return model, make, {"pixel_values": {0: B}}
 
 
+def _hf(config_cls, model_cls, seq2seq=False, **cfg):
+    """A transformers model from its config class and keyword arguments (vocab 128, 2 layers,
+    no cache); seq2seq models also take decoder_input_ids."""
+    def build():
+        import transformers
+
+        config = getattr(transformers, config_cls)(vocab_size=128, **cfg)
+        model = getattr(transformers, model_cls)(config)
+        make, dyn = _text(128)
+        if not seq2seq:
+            return model, make, dyn
+
+        def make_s2s(batch, seq):
+            d = make(batch, seq)
+            d["decoder_input_ids"] = torch.randint(0, 128, (batch, max(seq // 2, 1)))
+            return d
+
+        return model, make_s2s, dict(dyn, decoder_input_ids={0: B, 1: "decoder_seq"})
+
+    return build
+
+
+_ENC = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+_DEC = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, use_cache=False)
+_S2S = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, use_cache=False)
+# More of transformers' encoders, decoders and encoder-decoders than the issue names.
+MORE_TRANSFORMERS = {
+    "hf_distilbert": _hf("DistilBertConfig", "DistilBertModel", dim=32, n_layers=2, n_heads=4,
+                         hidden_dim=64),
+    "hf_roberta": _hf("RobertaConfig", "RobertaModel", **_ENC),
+    "hf_albert": _hf("AlbertConfig", "AlbertModel", embedding_size=16, **_ENC),
+    "hf_electra": _hf("ElectraConfig", "ElectraModel", embedding_size=16, **_ENC),
+    "hf_deberta_v2": _hf("DebertaV2Config", "DebertaV2Model", **_ENC),
+    "hf_bart": _hf("BartConfig", "BartForConditionalGeneration", seq2seq=True, **_S2S),
+    "hf_mbart": _hf("MBartConfig", "MBartForConditionalGeneration", seq2seq=True, **_S2S),
+    "hf_qwen2": _hf("Qwen2Config", "Qwen2ForCausalLM", **_DEC),
+    "hf_mistral": _hf("MistralConfig", "MistralForCausalLM", **_DEC),
+    "hf_phi3": _hf("Phi3Config", "Phi3ForCausalLM", pad_token_id=0, **_DEC),
+    "hf_gemma": _hf("GemmaConfig", "GemmaForCausalLM", head_dim=16, **_DEC),
+    "hf_gpt_neox": _hf("GPTNeoXConfig", "GPTNeoXForCausalLM", hidden_size=64,
+                       intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       use_cache=False),
+    "hf_opt": _hf("OPTConfig", "OPTForCausalLM", hidden_size=64, ffn_dim=128,
+                  num_hidden_layers=2, num_attention_heads=4, word_embed_proj_dim=64,
+                  max_position_embeddings=64, use_cache=False),
+    "hf_falcon": _hf("FalconConfig", "FalconForCausalLM", hidden_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, use_cache=False),
+    "hf_gptj": _hf("GPTJConfig", "GPTJForCausalLM", n_embd=64, n_layer=2, n_head=4,
+                   rotary_dim=8, n_positions=64, use_cache=False),
+    "hf_bloom": _hf("BloomConfig", "BloomForCausalLM", hidden_size=64, n_layer=2, n_head=4,
+                    use_cache=False),
+}
+
+
 # ---- timm ----------------------------------------------------------------------
 
 def _timm(name, **kw):
@@ -325,6 +395,8 @@ def _entries() -> list[Entry]:
         Entry("tv_vit", "torchvision", _simple(_tv_vit, img32)),
         Entry("tv_deeplabv3", "torchvision", _simple(_tv_deeplab, img64)),
         Entry("tv_fcn_resnet50", "torchvision", _simple(_tv_fcn, img32)),
+        *(Entry(f"tv_{n}", "torchvision", _simple(_tv(n, num_classes=10, **kw), img))
+          for n, kw, img in MORE_TORCHVISION),
         # transformers
         Entry("hf_gpt2", "transformers", _hf_gpt2, quick=True),
         Entry("hf_bert", "transformers", _hf_bert, quick=True),
@@ -332,6 +404,7 @@ def _entries() -> list[Entry]:
         Entry("hf_t5", "transformers", _hf_t5),
         Entry("hf_whisper", "transformers", _hf_whisper),
         Entry("hf_vit", "transformers", _hf_vit),
+        *(Entry(name, "transformers", b) for name, b in MORE_TRANSFORMERS.items()),
         # timm
         Entry("timm_resnet18", "timm", _simple(_timm("resnet18", num_classes=10), img32)),
         Entry("timm_vit_tiny", "timm",
