@@ -112,7 +112,9 @@ def _ort_greedy(path, input_ids, attention_mask, n_layers, new_tokens):
     return np.concatenate(tokens, 1)
 
 
-@pytest.mark.parametrize("arch", sorted(DECODERS))
+@pytest.mark.parametrize("arch", [
+    pytest.param(a, marks=[] if a in ("llama", "gpt2") else [pytest.mark.slow])
+    for a in sorted(DECODERS)])
 def test_greedy_generation_in_onnxruntime(arch, tmp_path):
     torch.manual_seed(0)
     model = DECODERS[arch]().eval()
