@@ -150,14 +150,17 @@ class _TaskInputs:
         return ds
 
 
-def _model_class(task: str):
+def _model_class(task: str, config):
     import transformers as tr
 
+    if task == "seq2seq":
+        # Text (T5, BART) or speech (Whisper) encoder-decoders.
+        speech = tr.AutoModelForSpeechSeq2Seq
+        return speech if type(config) in speech._model_mapping else tr.AutoModelForSeq2SeqLM
     return {"text-generation-with-past": tr.AutoModelForCausalLM,
             "text-generation": tr.AutoModelForCausalLM,
             "feature-extraction": tr.AutoModel,
-            "image-classification": tr.AutoModelForImageClassification,
-            "seq2seq": tr.AutoModelForSeq2SeqLM}[task]
+            "image-classification": tr.AutoModelForImageClassification}[task]
 
 
 def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
@@ -177,7 +180,7 @@ def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
     if hasattr(config, "use_cache"):
         # Set before the model is built: encoder-decoders copy it into their stacks.
         config.use_cache = task == "text-generation-with-past"
-    model = _model_class(task).from_pretrained(path, config=config, local_files_only=True,
+    model = _model_class(task, config).from_pretrained(path, config=config, local_files_only=True,
                                                trust_remote_code=False, dtype=torch.float32)
     return model.eval()
 

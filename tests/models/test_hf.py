@@ -238,19 +238,27 @@ def _t5():
         decoder_start_token_id=0, pad_token_id=0))
 
 
-CHECKPOINTS = {
-    "feature-extraction": (_bert, ["input_ids", "attention_mask", "token_type_ids"],
-                           ["last_hidden_state", "pooler_output"]),
-    "image-classification": (_vit, ["pixel_values"], ["logits"]),
-    "seq2seq": (_t5, ["input_ids", "attention_mask", "decoder_input_ids"],
+def _whisper():
+    from zoo import build
+
+    return build("hf_whisper")[0]
+
+
+CHECKPOINTS = {  # id: (task, model, ONNX inputs, ONNX outputs)
+    "bert": ("feature-extraction", _bert, ["input_ids", "attention_mask", "token_type_ids"],
+             ["last_hidden_state", "pooler_output"]),
+    "vit": ("image-classification", _vit, ["pixel_values"], ["logits"]),
+    "t5": ("seq2seq", _t5, ["input_ids", "attention_mask", "decoder_input_ids"],
+           ["logits", "encoder_last_hidden_state"]),
+    "whisper": ("seq2seq", _whisper, ["input_features", "decoder_input_ids"],
                 ["logits", "encoder_last_hidden_state"]),
-    "text-generation": (_gpt2, ["input_ids", "attention_mask"], ["logits"]),
+    "gpt2": ("text-generation", _gpt2, ["input_ids", "attention_mask"], ["logits"]),
 }
 
 
-@pytest.mark.parametrize("task", sorted(CHECKPOINTS))
-def test_export_pretrained(task, tmp_path):
-    build, ins, outs = CHECKPOINTS[task]
+@pytest.mark.parametrize("name", sorted(CHECKPOINTS))
+def test_export_pretrained(name, tmp_path):
+    task, build, ins, outs = CHECKPOINTS[name]
     torch.manual_seed(0)
     ckpt = _save(build().eval(), tmp_path / "ckpt")
     assert os.path.exists(os.path.join(ckpt, "model.safetensors"))
