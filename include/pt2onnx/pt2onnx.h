@@ -33,6 +33,12 @@ struct Options {
   std::map<std::string, std::map<int64_t, std::string>> input_dim_names;
   // Output dim names by output position -> axis -> name (torch.onnx dynamic_axes on outputs).
   std::map<int64_t, std::map<int64_t, std::string>> output_dim_names;
+  // What to do with ops no converter handles. None (default): fail, listing
+  // all of them. CustomDomain: write each as one node of domain
+  // "pkg.torch.ops" named after its target (non-tensor arguments as
+  // attributes) and list them in Result::fallback_ops. Opt-in, never silent.
+  enum class Fallback { None, CustomDomain };
+  Fallback fallback = Fallback::None;
   // Called from the converting thread as stages advance (fraction in 0..1).
   std::function<void(std::string_view stage, double fraction)> progress;
 };
@@ -52,6 +58,14 @@ struct WeightView {
 
 using Weights = std::unordered_map<std::string, WeightView>;  // keyed by FQN
 
+// An op target the converters do not handle at an opset.
+struct UnsupportedOp {
+  std::string target;     // "torch.ops.mylib.foo.default"
+  int count = 0;          // nodes with this target (nested graphs included)
+  std::string where;      // the first one: module path and source line, or node name
+  int converts_from = 0;  // lowest opset that converts it (0: none)
+};
+
 struct Result {
   std::string model_path;
   std::vector<std::string> data_paths;  // external data files written
@@ -61,6 +75,7 @@ struct Result {
   size_t initializers = 0;
   uint64_t weight_bytes = 0;
   std::vector<std::pair<std::string, double>> timings;  // stage -> seconds
+  std::vector<UnsupportedOp> fallback_ops;              // written as pkg.torch.ops nodes (Fallback)
 };
 
 // Lowest ONNX IR version that carries `opset`.
@@ -105,6 +120,10 @@ struct ArchiveInfo {
   uint64_t weight_bytes = 0;
 };
 ArchiveInfo inspect(const std::string& input_path, int opset = 18);
+
+// The ops of a serialized program (ExportedProgram JSON) that no converter
+// handles at `opset`, sorted by target; nothing is written.
+std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, int opset);
 
 // Every aten target this build converts at `opset`.
 std::vector<std::string> supported_targets(int opset);

@@ -43,6 +43,8 @@ class ExportResult:
     timings: dict[str, float] = field(default_factory=dict)
     model_bytes: bytes | None = None  # set when f=None
     checks: dict[str, Any] = field(default_factory=dict)  # export_pretrained's verification
+    # Ops written as pkg.torch.ops nodes (fallback="custom_domain"): target, count, where.
+    fallback_ops: list[dict[str, Any]] = field(default_factory=list)
 
     def __str__(self) -> str:
         stages = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in self.timings.items())
@@ -615,6 +617,7 @@ def export(
     external_data: bool | None = None,
     optimize: bool = True,
     strict: bool = False,
+    fallback: str | None = None,
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
 
@@ -624,13 +627,18 @@ def export(
     `output_names` rename graph inputs / outputs in order. `external_data`:
     None = automatic (weights go to `<f>.data` above ~1.8 GB; `<f>.1.data`
     while `<f>.data` belongs to the model being replaced), True = always,
-    False = never. Returns an ExportResult with per-stage timings.
+    False = never. `fallback="custom_domain"` writes ops no converter handles
+    as nodes of domain pkg.torch.ops (listed in the result's `fallback_ops`
+    and in a warning) instead of failing. Returns an ExportResult with
+    per-stage timings.
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
     fails; the previous file at `f`, if any, is then left as it was.
     """
     t0 = time.perf_counter()
     opset = _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names,
                              external_data, optimize, strict)
+    if fallback not in (None, "custom_domain"):
+        raise ValueError(f"fallback must be None or 'custom_domain', not {fallback!r}")
     if not isinstance(args, tuple):
         args = (args,) if not isinstance(args, list) else tuple(args)
     in_dim_names: dict[str, dict[int, str]] = {}
@@ -686,6 +694,7 @@ def export(
             list(output_names or []),
             in_dim_names,
             out_dim_names,
+            fallback or "",
         )
         model_bytes = None
         if tmpdir is not None:
@@ -699,6 +708,11 @@ def export(
     timings = {"capture": t1 - t0, "serialize": t2 - t1}
     timings.update(dict(r["timings"]))
     timings["total"] = t3 - t0
+    if r["fallback_ops"]:
+        warnings.warn("no converter for " + "; ".join(
+            f"{op['target']} ({op['count']} node{'s' if op['count'] > 1 else ''}, first at "
+            f"{op['where']})" for op in r["fallback_ops"])
+            + ": written as pkg.torch.ops nodes, which a runtime must implement", stacklevel=2)
     return ExportResult(
         path=None if f is None else path,
         data_paths=list(r["data_paths"]),
@@ -709,4 +723,31 @@ def export(
         weight_bytes=r["weight_bytes"],
         timings=timings,
         model_bytes=model_bytes,
+        fallback_ops=list(r["fallback_ops"]),
     )
+
+
+def unconvertible_ops(
+    model: torch.nn.Module | torch.export.ExportedProgram,
+    args: Any = (),
+    *,
+    kwargs: dict[str, Any] | None = None,
+    dynamic_shapes: Any = None,
+    opset: int | None = None,
+    strict: bool = False,
+) -> list[dict[str, Any]]:
+    """The ops of `model` no converter handles at `opset`, without writing
+    anything: one dict per target (`target`, `count`, `where`: the first
+    node's module and source line, `converts_from`: the lowest opset that
+    converts it, 0 if none). Empty when the model exports."""
+    opset = _check_arguments(None, kwargs, None, opset, None, None, None, True, strict)
+    if isinstance(model, torch.export.ExportedProgram):
+        ep = model
+    else:
+        if not isinstance(args, tuple):
+            args = (args,) if not isinstance(args, list) else tuple(args)
+        with _CAPTURE_LOCK:
+            ep = _capture(model, args, kwargs, dynamic_shapes, None, None, None, strict)[0]
+    with _CAPTURE_LOCK:
+        program_json = _serialize(ep)
+    return list(_core.unsupported_ops(program_json, opset))

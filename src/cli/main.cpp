@@ -32,6 +32,8 @@ void usage(FILE* out) {
       "  --external-data MODE       auto (default: above ~1.8 GB), always, never;\n"
       "                             weights go to PATH.data\n"
       "  --no-optimize              write the graph as converted (no passes)\n"
+      "  --fallback custom_domain   write ops with no converter as pkg.torch.ops nodes\n"
+      "                             (listed on stderr) instead of failing\n"
       "  --input-names A [B ...]    rename graph inputs in order (commas work too)\n"
       "  --output-names Y [Z ...]   rename graph outputs in order\n"
       "  --dim-name INPUT:AXIS=NAME name a dynamic dim (dim_param), e.g. x:0=batch;\n"
@@ -145,6 +147,9 @@ int run_convert(const std::vector<std::string>& args) {
       o.external_data = *mode;
     } else if (a == "--no-optimize") {
       o.optimize = false;
+    } else if (a == "--fallback") {
+      if (value() != "custom_domain") throw UsageError{"--fallback takes custom_domain"};
+      o.fallback = pt2onnx::Options::Fallback::CustomDomain;
     } else if (a == "--input-names") {
       values(o.input_names);
     } else if (a == "--output-names") {
@@ -207,6 +212,11 @@ int run_convert(const std::vector<std::string>& args) {
     for (auto& d : r.data_paths) std::printf(", data in %s", d.c_str());
     std::printf(") in %.3f s\n", total);
   }
+  for (auto& op : r.fallback_ops)
+    std::fprintf(stderr,
+                 "pt2onnx: warning: %s (%d node%s, first at %s) has no converter: written "
+                 "as a pkg.torch.ops node\n",
+                 op.target.c_str(), op.count, op.count > 1 ? "s" : "", op.where.c_str());
   if (verbose) {
     for (auto& [stage, secs] : r.timings)
       std::printf("  %-9s %9.3f ms\n", stage.c_str(), secs * 1e3);

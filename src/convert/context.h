@@ -25,6 +25,8 @@ struct Env {
   std::unordered_map<std::string, schema::TensorMeta> extra_meta;
   // Converting a higher-order op's graph argument (convert_nested).
   bool nested = false;
+  // Ops without a converter become pkg.torch.ops nodes (Options::Fallback).
+  bool fallback = false;
 };
 
 class Ctx {

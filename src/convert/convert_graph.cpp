@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "convert/context.h"
+#include "convert/fallback.h"
 #include "convert/inline_wrappers.h"
 #include "convert/mutation.h"
 #include "convert/registry.h"
@@ -12,20 +13,8 @@
 
 namespace pt2onnx {
 
-namespace {
-
-using schema::ArgKind;
-using schema::InputSpec;
-using schema::OutputSpec;
-
-// Every unsupported target, counted, with its first source location.
-void check_supported(const schema::Program& prog, int opset) {
-  struct Missing {
-    int count = 0;
-    std::string where;
-    int needs_opset = 0;
-  };
-  std::map<std::string, Missing> missing;
+std::vector<UnsupportedOp> find_unsupported(const schema::Program& prog, int opset) {
+  std::map<std::string, UnsupportedOp> missing;
   const Registry& reg = registry();
   // The graphs of higher-order ops (cond branches, loop bodies) included.
   std::vector<const schema::Graph*> graphs{&prog.graph};
@@ -34,29 +23,48 @@ void check_supported(const schema::Program& prog, int opset) {
     graphs.pop_back();
     for (auto& n : g->nodes) {
       for (auto& in : n.inputs)
-        if (in.arg.kind == ArgKind::Graph && in.arg.graph) graphs.push_back(in.arg.graph.get());
+        if (in.arg.kind == schema::ArgKind::Graph && in.arg.graph)
+          graphs.push_back(in.arg.graph.get());
       // Wrappers nested in a graph argument are inlined when it converts.
       if (converts(n.target, opset) || is_wrapper_target(n.target)) continue;
-      Missing& m = missing[n.target];
+      UnsupportedOp& m = missing[n.target];
       if (m.count++ == 0) {
+        m.target = n.target;
         m.where = n.source_line();
         std::string mp = n.module_path();
         if (!mp.empty()) m.where = "module '" + mp + "'" + (m.where.empty() ? "" : ", " + m.where);
         if (m.where.empty()) m.where = "node '" + n.name + "'";
-        m.needs_opset = reg.min_opset(n.target);
+        m.converts_from = reg.min_opset(n.target);
       }
     }
   }
+  std::vector<UnsupportedOp> out;
+  for (auto& [t, m] : missing) out.push_back(std::move(m));
+  return out;
+}
+
+namespace {
+
+using schema::ArgKind;
+using schema::InputSpec;
+using schema::OutputSpec;
+
+// Every unsupported target, counted, with its first source location: an
+// error naming them all, unless they fall back to custom-domain nodes.
+void check_supported(const schema::Program& prog, const Options& opt) {
+  if (opt.fallback == Options::Fallback::CustomDomain) return;
+  auto missing = find_unsupported(prog, opt.opset);
   if (missing.empty()) return;
   std::ostringstream os;
   os << missing.size() << " operator" << (missing.size() > 1 ? "s are" : " is")
-     << " not supported at opset " << opset << ":";
-  for (auto& [t, m] : missing) {
-    os << "\n  " << t << " (" << m.count << " node" << (m.count > 1 ? "s" : "") << "), first at "
-       << m.where;
-    if (m.needs_opset > opset) os << " [converts from opset " << m.needs_opset << "]";
+     << " not supported at opset " << opt.opset << ":";
+  for (auto& m : missing) {
+    os << "\n  " << m.target << " (" << m.count << " node" << (m.count > 1 ? "s" : "")
+       << "), first at " << m.where;
+    if (m.converts_from > opt.opset) os << " [converts from opset " << m.converts_from << "]";
   }
-  os << "\nNo file was written. Rewrite these ops in the model, or ask for them in an issue.";
+  os << "\nNo file was written. Rewrite these ops in the model, give them a converter, or "
+        "export with fallback=\"custom_domain\" to keep them as pkg.torch.ops nodes.";
   throw Error(os.str());
 }
 
@@ -119,7 +127,12 @@ void convert_nodes(GraphBuilder& b, const schema::Program& prog, Env& env) {
     b.set_origin(n.name, n.target, n.module_path());
     Ctx ctx(b, prog, n, env);
     try {
-      find_converter(n.target, b.opset())(ctx);
+      if (ConvertFn fn = find_converter(n.target, b.opset()))
+        fn(ctx);
+      else if (env.fallback)
+        emit_custom_domain_node(ctx);
+      else
+        throw Error("no converter for " + n.target + " at opset " + std::to_string(b.opset()));
       if (functional_target(n.target).empty())
         aliases.after_node(n);
       else
@@ -194,6 +207,7 @@ std::vector<std::string> convert_nested(Ctx& outer, const schema::Graph& g,
   Env env;
   env.symbol_names = outer.env.symbol_names;
   env.cache = outer.env.cache;  // values of enclosing scopes stay readable
+  env.fallback = outer.env.fallback;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const schema::Argument& a = g.inputs[i];
     if (a.kind == ArgKind::Tensor)
@@ -248,9 +262,10 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
     inline_wrappers(*inlined);
   }
   const schema::Program& prog = inlined ? *inlined : program;
-  check_supported(prog, opt.opset);
+  check_supported(prog, opt);
   GraphBuilder b(opt.opset);
   Env env;
+  env.fallback = opt.fallback == Options::Fallback::CustomDomain;
   schema::Node no_node;
   Ctx top(b, prog, no_node, env);
 

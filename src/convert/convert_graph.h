@@ -21,6 +21,9 @@ std::vector<std::string> convert_nested(Ctx& outer, const schema::Graph& g,
 // Targets that convert to nothing (runtime asserts, metadata checks).
 bool is_ignored_target(const std::string& target);
 
+// Every target of `prog` (nested graphs included) that does not convert at `opset`.
+std::vector<UnsupportedOp> find_unsupported(const schema::Program& prog, int opset);
+
 // True when `target` converts at `opset` (to nodes, or to nothing if ignored).
 bool converts(const std::string& target, int opset);
 

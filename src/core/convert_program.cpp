@@ -30,6 +30,13 @@ int ir_version_for_opset(int opset) {
   return 13;
 }
 
+std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, int opset) {
+  if (opset < kMinOpset || opset > kMaxOpset)
+    throw Error("opset " + std::to_string(opset) + " is not supported (this build emits " +
+                std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset) + ")");
+  return find_unsupported(schema::parse_program(program_json, "ExportedProgram JSON"), opset);
+}
+
 Result convert_program(std::string_view program_json, const Weights& weights,
                        const std::string& output_path, const Options& options) {
   return convert_program_from(program_json, "ExportedProgram JSON", weights, output_path, options);
@@ -69,6 +76,8 @@ Result convert_program_from(std::string_view program_json, const std::string& so
       stage("reading the program", [&] { return schema::parse_program(program_json, source); });
   auto t1 = clock::now();
   Graph g = stage("converting", [&] { return convert_graph(prog, weights, options); });
+  if (options.fallback == Options::Fallback::CustomDomain)
+    r.fallback_ops = find_unsupported(prog, options.opset);
   auto t2 = clock::now();
   if (options.optimize) stage("optimizing", [&] { return run_default_passes(g); });
   auto t3 = clock::now();

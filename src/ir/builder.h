@@ -74,6 +74,11 @@ class GraphBuilder {
   // Renames the value `from` (an output of node index >= first_node) to `to`.
   bool rename_output(const std::string& from, const std::string& to, size_t first_node);
 
+  // Records a non-default domain the model's nodes use (its opset_import).
+  void use_domain(const std::string& domain, int64_t version) {
+    root().domain_versions.emplace(domain, version);
+  }
+
   // The graph of the current scope.
   Graph& graph() { return graph_; }
   const Graph& graph() const { return graph_; }

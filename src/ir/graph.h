@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -132,6 +133,8 @@ struct GraphIO {
 
 struct Graph {
   std::string name = "main_graph";
+  // Versions of the non-default domains its nodes use (the model's opset_import).
+  std::map<std::string, int64_t> domain_versions;
   std::vector<Node> nodes;
   std::vector<Initializer> initializers;
   std::vector<GraphIO> inputs;

@@ -327,6 +327,12 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
     opset.int_field(2, opt.opset);
     head.message(8, opset);
   }
+  for (auto& [domain, version] : g.domain_versions) {
+    Msg opset;
+    opset.bytes_field(1, domain);
+    opset.int_field(2, version);
+    head.message(8, opset);
+  }
   head.tag(7, wire::kLen);
   head.varint(graph_len);
 

@@ -83,7 +83,9 @@ size_t eliminate_common_subexpressions(Graph& g) {
   for (auto& n : g.nodes) {
     // Inputs, and what the node's nested graphs read, follow the renames.
     rename_uses_in_node(n, rename);
-    if (n.has_subgraphs()) {  // never merged: graphs are not compared
+    // Never merged: graphs are not compared; a custom domain's op may have
+    // side effects or be random, which we cannot know.
+    if (n.has_subgraphs() || !n.domain.empty()) {
       kept.push_back(std::move(n));
       continue;
     }

@@ -17,13 +17,32 @@ namespace {
 using WeightTuple = std::tuple<std::string, uintptr_t, std::string, std::vector<int64_t>,
                                std::vector<int64_t>, uint64_t>;
 
+// [{"target", "count", "where", "converts_from"}, ...]
+nb::list ops_list(const std::vector<pt2onnx::UnsupportedOp>& ops) {
+  nb::list l;
+  for (auto& op : ops) {
+    nb::dict d;
+    d["target"] = op.target;
+    d["count"] = op.count;
+    d["where"] = op.where;
+    d["converts_from"] = op.converts_from;
+    l.append(d);
+  }
+  return l;
+}
+
 nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights,
                  const std::string& output_path, int opset, bool optimize,
                  const std::string& external_data, const std::vector<std::string>& input_names,
                  const std::vector<std::string>& output_names,
                  const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
-                 const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names) {
+                 const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names,
+                 const std::string& fallback) {
   pt2onnx::Options o;
+  if (fallback == "custom_domain")
+    o.fallback = pt2onnx::Options::Fallback::CustomDomain;
+  else if (!fallback.empty())
+    throw pt2onnx::Error("fallback must be None or 'custom_domain', not '" + fallback + "'");
   o.opset = opset;
   o.optimize = optimize;
   auto mode = pt2onnx::external_data_from_string(external_data);
@@ -53,7 +72,18 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
   d["initializers"] = r.initializers;
   d["weight_bytes"] = r.weight_bytes;
   d["timings"] = r.timings;
+  d["fallback_ops"] = ops_list(r.fallback_ops);
   return d;
+}
+
+nb::list unsupported_ops(nb::bytes program_json, int opset) {
+  std::string_view json(static_cast<const char*>(program_json.data()), program_json.size());
+  std::vector<pt2onnx::UnsupportedOp> ops;
+  {
+    nb::gil_scoped_release release;
+    ops = pt2onnx::unsupported_ops(json, opset);
+  }
+  return ops_list(ops);
 }
 
 }  // namespace
@@ -63,7 +93,9 @@ NB_MODULE(_core, m) {
   nb::exception<pt2onnx::Error>(m, "ConversionError", PyExc_RuntimeError);
   m.def("convert", &convert, nb::arg("program_json"), nb::arg("weights"), nb::arg("output_path"),
         nb::arg("opset"), nb::arg("optimize"), nb::arg("external_data"), nb::arg("input_names"),
-        nb::arg("output_names"), nb::arg("input_dim_names"), nb::arg("output_dim_names"));
+        nb::arg("output_names"), nb::arg("input_dim_names"), nb::arg("output_dim_names"),
+        nb::arg("fallback") = "");
+  m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"));
   m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));
   m.def("ir_version_for_opset", &pt2onnx::ir_version_for_opset);
   m.attr("__version__") = PT2ONNX_VERSION;
