@@ -54,13 +54,13 @@ test-cpp: cpp
 # pytest-xdist workers (the OpInfo suite is most of the run).
 PYTEST_JOBS ?= $(JOBS)
 test-python: python cpp
-	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) -m pytest tests/python tests/models -q -n $(PYTEST_JOBS)
+	$(PYTHON) -m pytest tests/python tests/models -q -n $(PYTEST_JOBS)
 
 test: test-cpp test-python
 
 # Everyday loop: skips the tests marked slow (the >2 GB export).
 test-quick: test-cpp python
-	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) -m pytest tests/python tests/models -q -n $(PYTEST_JOBS) -m "not slow"
+	$(PYTHON) -m pytest tests/python tests/models -q -n $(PYTEST_JOBS) -m "not slow"
 
 # C++ tests (hostile-archive corpus included) under ASan + UBSan.
 ASAN_BUILD := build/asan

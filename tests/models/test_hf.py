@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import sysconfig
 
 import numpy as np
 import onnx
@@ -19,8 +20,8 @@ from pt2onnx import hf
 from zoo_check import ort_session
 
 NEW_TOKENS = 8
-CLI = os.environ.get("PT2ONNX_CLI", os.path.join(os.path.dirname(__file__), "..", "..", "build",
-                                                 "cpp", "pt2onnx"))
+# The command pip installed with the package, unless PT2ONNX_CLI names another.
+CLI = os.environ.get("PT2ONNX_CLI", os.path.join(sysconfig.get_path("scripts"), "pt2onnx"))
 
 
 def _llama():

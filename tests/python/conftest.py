@@ -51,14 +51,24 @@ def tmp_onnx(tmp_path):
     return str(tmp_path / "model.onnx")
 
 
-CLI = os.environ.get(
-    "PT2ONNX_CLI", os.path.join(os.path.dirname(__file__), "..", "..", "build", "cpp", "pt2onnx")
-)
+def installed_cli():
+    """The pt2onnx command pip installed with the package (the environment's
+    scripts directory, on PATH)."""
+    import sysconfig
+
+    return os.path.join(sysconfig.get_path("scripts"), "pt2onnx")
+
+
+# The installed command unless PT2ONNX_CLI names another build of it.
+CLI = os.environ.get("PT2ONNX_CLI", installed_cli())
+# The C++ build (make cpp): the embedding example and the fault-injection shim.
+CPP_BUILD = os.environ.get(
+    "PT2ONNX_CPP_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build", "cpp"))
 
 
 def cli_path():
     if not os.path.exists(CLI):
-        pytest.fail(f"pt2onnx command not built at {CLI} (run `make cpp`)")
+        pytest.fail(f"pt2onnx command not found at {CLI} (run `make python`, which installs it)")
     return CLI
 
 

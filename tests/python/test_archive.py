@@ -13,6 +13,7 @@ import onnx
 import pytest
 import torch
 import torch.nn as nn
+import conftest
 from conftest import assert_matches, cli_path, run_ort
 from models import GPT
 from pt2_layouts import save_pickled_weights_layout, save_root_files_layout
@@ -199,7 +200,7 @@ def test_cpp_example_program(tmp_path):
     pt2 = tmp_path / "m.pt2"
     torch.export.save(torch.export.export(w, (torch.randn(3, 4),),
                                           dynamic_shapes={"x": {0: torch.export.Dim("b")}}), pt2)
-    example = os.path.join(os.path.dirname(cli_path()), "pt2onnx_example")  # built beside it
+    example = os.path.join(conftest.CPP_BUILD, "pt2onnx_example")
     r = subprocess.run([example, str(pt2), str(tmp_path / "m.onnx")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "in-memory conversion identical" in r.stdout

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 import pt2onnx
+import conftest
 from conftest import cli_path, ort_session
 
 N_LAYERS = 8
@@ -59,7 +60,7 @@ def models(tmp_path_factory):
 
 
 def shim():
-    path = os.path.join(os.path.dirname(cli_path()), "libpt2onnx_fault_shim.so")
+    path = os.path.join(conftest.CPP_BUILD, "libpt2onnx_fault_shim.so")
     if not os.path.exists(path):
         pytest.fail(f"fault shim not built at {path} (run `make cpp`)")
     return path
