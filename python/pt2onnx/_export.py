@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from . import _core
+from . import _core, _verify
 from ._capture_rules import capture_rules
 
 DEFAULT_OPSET = 18
@@ -618,6 +618,8 @@ def export(
     optimize: bool = True,
     strict: bool = False,
     fallback: str | None = None,
+    verify: bool = False,
+    verify_tolerance: tuple[float, float] = (1e-4, 1e-4),
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
 
@@ -629,8 +631,12 @@ def export(
     while `<f>.data` belongs to the model being replaced), True = always,
     False = never. `fallback="custom_domain"` writes ops no converter handles
     as nodes of domain pkg.torch.ops (listed in the result's `fallback_ops`
-    and in a warning) instead of failing. Returns an ExportResult with
-    per-stage timings.
+    and in a warning) instead of failing. `verify=True` runs the written model
+    in onnxruntime against PyTorch on the example inputs and, with dynamic
+    dims, on inputs whose dynamic dims are one larger; the max differences go
+    to the result's `checks["verify"]`, and differences beyond
+    `verify_tolerance` (atol, rtol) raise pt2onnx.VerificationError. Returns
+    an ExportResult with per-stage timings.
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
     fails; the previous file at `f`, if any, is then left as it was.
     """
@@ -713,7 +719,7 @@ def export(
             f"{op['target']} ({op['count']} node{'s' if op['count'] > 1 else ''}, first at "
             f"{op['where']})" for op in r["fallback_ops"])
             + ": written as pkg.torch.ops nodes, which a runtime must implement", stacklevel=2)
-    return ExportResult(
+    result = ExportResult(
         path=None if f is None else path,
         data_paths=list(r["data_paths"]),
         opset=r["opset"],
@@ -725,6 +731,16 @@ def export(
         model_bytes=model_bytes,
         fallback_ops=list(r["fallback_ops"]),
     )
+    if verify:
+        if result.fallback_ops:
+            raise ValueError("verify=True cannot run a model with pkg.torch.ops fallback nodes "
+                             "in onnxruntime")
+        t4 = time.perf_counter()
+        atol, rtol = verify_tolerance
+        result.checks["verify"] = _verify.verify(
+            path if f is not None else model_bytes, model, args, kwargs, atol, rtol)
+        result.timings["verify"] = time.perf_counter() - t4
+    return result
 
 
 def unconvertible_ops(

@@ -1,0 +1,145 @@
+"""export(verify=True): runs the written model in onnxruntime against PyTorch
+on the example inputs and, when the model has dynamic dims, on a second set
+of inputs whose dynamic dims are one larger. A check of the result, not part
+of conversion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import _core
+
+
+class VerificationError(_core.ConversionError):
+    """The exported model's outputs differ from PyTorch's beyond tolerance."""
+
+
+def _leaves(x) -> list:
+    return [v for v in torch.utils._pytree.tree_leaves(x) if v is not None]
+
+
+def _as_numpy(v) -> np.ndarray:
+    if isinstance(v, torch.Tensor):
+        return v.detach().cpu().numpy()
+    if isinstance(v, bool):
+        return np.array(v)
+    if isinstance(v, int):
+        return np.array(v, dtype=np.int64)
+    if isinstance(v, float):
+        return np.array(v, dtype=np.float32)
+    raise TypeError(f"cannot feed a {type(v).__name__} to onnxruntime")
+
+
+def _feeds(sess, args, kwargs) -> dict[str, np.ndarray]:
+    """The example inputs by ONNX input name: pytree leaves of (args, kwargs)
+    in order; scalars that torch.export kept constant are not inputs."""
+    names = [i.name for i in sess.get_inputs()]
+    leaves = [v for v in _leaves((args, kwargs or {}))
+              if isinstance(v, (torch.Tensor, bool, int, float))]
+    if len(leaves) != len(names):
+        leaves = [v for v in leaves if isinstance(v, torch.Tensor)]
+    if len(leaves) != len(names):
+        raise VerificationError(f"verify: cannot match the example inputs ({len(leaves)} tensors) "
+                                f"to the model's {len(names)} inputs")
+    return {n: _as_numpy(v) for n, v in zip(names, leaves)}
+
+
+def _grown(args, kwargs, sess):
+    """The example inputs with every dynamic dim (a dim_param of an ONNX
+    input) one larger: floats random, ints and bools drawn from the example's
+    own values (indices stay in range). None when no dim is dynamic."""
+    dims = {}
+    leaves = [v for v in _leaves((args, kwargs or {})) if isinstance(v, torch.Tensor)]
+    inputs = sess.get_inputs()
+    if len(leaves) != len(inputs):
+        return None
+    for i, t in zip(inputs, leaves):
+        for axis, d in enumerate(i.shape):
+            if isinstance(d, str) and d:
+                dims[(id(t), axis)] = t.shape[axis] + 1
+    if not dims:
+        return None
+    gen = torch.Generator().manual_seed(0)
+
+    def grow(v):
+        if not isinstance(v, torch.Tensor) or not any((id(v), a) in dims for a in range(v.dim())):
+            return v
+        shape = [dims.get((id(v), a), s) for a, s in enumerate(v.shape)]
+        if v.is_floating_point():
+            return torch.randn(shape, generator=gen, dtype=v.dtype)
+        flat = v.reshape(-1)
+        if flat.numel() == 0:
+            return torch.zeros(shape, dtype=v.dtype)
+        pick = torch.randint(0, flat.numel(), shape, generator=gen)
+        return flat[pick]
+
+    return torch.utils._pytree.tree_map(grow, (args, kwargs or {}))
+
+
+class _TorchRefused(Exception):
+    """PyTorch itself rejects the inputs (sizes outside a model constraint)."""
+
+
+def _compare(sess, model, args, kwargs, atol, rtol) -> dict[str, Any]:
+    feeds = _feeds(sess, args, kwargs)
+    try:
+        with torch.no_grad():
+            out = model(*args, **(kwargs or {}))
+    except Exception as e:
+        raise _TorchRefused(f"{type(e).__name__}: {e}") from e
+    expected = [_as_numpy(v) for v in _leaves(out) if isinstance(v, (torch.Tensor, int, float))]
+    try:
+        got = sess.run(None, feeds)
+    except Exception as e:
+        raise VerificationError(f"verify: onnxruntime failed on inputs "
+                                f"{ {n: list(v.shape) for n, v in feeds.items()} }: {e}") from e
+    names = [o.name for o in sess.get_outputs()]
+    if len(got) != len(expected):
+        raise VerificationError(f"verify: the model has {len(got)} outputs, PyTorch gives "
+                                f"{len(expected)}")
+    diffs, bad = {}, []
+    for name, g, e in zip(names, got, expected):
+        if g.shape != e.shape:
+            bad.append(f"{name}: shape {g.shape}, PyTorch {e.shape}")
+            continue
+        d = np.abs(g.astype(np.float64) - e.astype(np.float64)) if g.size else np.zeros(1)
+        finite = np.isfinite(d)
+        diffs[name] = float(np.max(d[finite])) if finite.any() else 0.0
+        if not np.allclose(g, e, atol=atol, rtol=rtol, equal_nan=True):
+            bad.append(f"{name}: max abs difference {diffs[name]:.3g}")
+    run = {"inputs": {n: list(v.shape) for n, v in feeds.items()}, "max_abs_diff": diffs}
+    if bad:
+        run["failures"] = bad
+    return run
+
+
+def verify(path_or_bytes, model, args, kwargs, atol: float, rtol: float) -> list[dict[str, Any]]:
+    """One entry per input set: input shapes, max abs difference per output.
+    Raises VerificationError naming the outputs beyond tolerance."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise VerificationError("verify=True needs onnxruntime (pip install onnxruntime)") from None
+    if isinstance(model, torch.export.ExportedProgram):
+        model = model.module()
+    sess = ort.InferenceSession(path_or_bytes, providers=["CPUExecutionProvider"])
+    try:
+        runs = [_compare(sess, model, args, kwargs, atol, rtol)]
+    except _TorchRefused as e:
+        raise VerificationError(f"verify: PyTorch fails on the example inputs: {e}") from e
+    grown = _grown(args, kwargs, sess)
+    if grown is not None:
+        try:
+            runs.append(_compare(sess, model, *grown, atol, rtol))
+        except _TorchRefused as e:  # sizes outside a constraint of the model
+            runs.append({"skipped": f"dynamic dims one larger: {e}"[:300]})
+    failed = [f for r in runs for f in r.get("failures", [])]
+    if failed:
+        where = path_or_bytes if isinstance(path_or_bytes, str) else "the model"
+        raise VerificationError(
+            f"verify: {where} differs from PyTorch beyond atol={atol}, rtol={rtol} (the file is "
+            "kept for inspection): " + "; ".join(failed))
+    return runs

@@ -1,0 +1,64 @@
+"""export(verify=True): onnxruntime against PyTorch on the example inputs and,
+with dynamic dims, on inputs whose dynamic dims are one larger; the max
+differences in the result, an error naming the outputs beyond tolerance."""
+
+import pytest
+import torch
+
+import pt2onnx
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, ids, x):
+        return self.lin(self.emb(ids)) + x, ids.shape[1]
+
+
+def example(b=2, s=5):
+    return torch.randint(0, 10, (b, s)), torch.randn(b, s, 3)
+
+
+def test_verify_passes_at_two_shapes(tmp_onnx):
+    torch.manual_seed(0)
+    r = pt2onnx.export(Net().eval(), example(), tmp_onnx, verify=True,
+                       dynamic_shapes={"ids": {0: "batch", 1: "seq"},
+                                       "x": {0: "batch", 1: "seq"}})
+    runs = r.checks["verify"]
+    assert [run["inputs"]["ids"] for run in runs] == [[2, 5], [3, 6]]
+    assert [len(run["max_abs_diff"]) for run in runs] == [2, 2]  # the tensor and the int output
+    assert max(max(run["max_abs_diff"].values()) for run in runs) < 1e-5
+    assert "verify" in r.timings
+
+
+def test_verify_static_model_runs_once():
+    r = pt2onnx.export(torch.nn.Linear(3, 2), (torch.randn(4, 3),), None, verify=True)
+    assert len(r.checks["verify"]) == 1 and r.model_bytes
+
+
+def test_verify_fails_beyond_tolerance(tmp_onnx):
+    """Random noise in forward: onnxruntime draws other numbers than torch."""
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.rand_like(x)
+
+    with pytest.raises(pt2onnx.VerificationError, match=r"differs from PyTorch.*max abs"):
+        pt2onnx.export(Noisy(), (torch.randn(16, 8),), tmp_onnx, verify=True)
+    # Not an error in the conversion: the file is kept for inspection.
+    assert __import__("os").path.exists(tmp_onnx)
+
+
+def test_verify_skips_sizes_pytorch_refuses(tmp_onnx):
+    class Capped(torch.nn.Module):
+        def forward(self, x):
+            torch._check(x.shape[0] <= 4)
+            return x * 2
+
+    r = pt2onnx.export(Capped(), (torch.randn(4, 3),), tmp_onnx, verify=True,
+                       dynamic_shapes={"x": {0: torch.export.Dim("n", max=4)}})
+    first, second = r.checks["verify"]
+    assert first["inputs"] == {"x": [4, 3]} and first["max_abs_diff"] == {"mul": 0.0}
+    assert second["skipped"].startswith("dynamic dims one larger: RuntimeError")
