@@ -66,6 +66,14 @@ struct UnsupportedOp {
   int converts_from = 0;  // lowest opset that converts it (0: none)
 };
 
+// A graph input or output: its name, dtype and dims (numbers, or dim_param
+// names / expressions; "?" when unknown).
+struct ValueSummary {
+  std::string name;
+  std::string dtype;
+  std::vector<std::string> dims;
+};
+
 struct Result {
   std::string model_path;
   std::vector<std::string> data_paths;  // external data files written
@@ -76,6 +84,10 @@ struct Result {
   uint64_t weight_bytes = 0;
   std::vector<std::pair<std::string, double>> timings;  // stage -> seconds
   std::vector<UnsupportedOp> fallback_ops;              // written as pkg.torch.ops nodes (Fallback)
+  std::vector<ValueSummary> inputs, outputs;            // of the written graph
+  // Node count per op type of the written graph ("domain::Op" outside the
+  // default domain), nested graphs included, most frequent first.
+  std::vector<std::pair<std::string, size_t>> node_histogram;
 };
 
 // Lowest ONNX IR version that carries `opset`.
@@ -103,11 +115,7 @@ Result convert_buffer(const void* data, size_t size, const std::string& output_p
 
 // What `pt2onnx inspect` prints.
 struct ArchiveInfo {
-  struct Value {
-    std::string name;
-    std::string dtype;
-    std::vector<std::string> dims;  // numbers, or symbols / expressions
-  };
+  using Value = ValueSummary;
   std::string layout;
   int schema_major = 0;
   int schema_minor = 0;

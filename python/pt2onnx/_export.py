@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from . import _core, _verify
+from . import _core, _report, _verify
 from ._capture_rules import capture_rules
 
 DEFAULT_OPSET = 18
@@ -45,6 +45,8 @@ class ExportResult:
     checks: dict[str, Any] = field(default_factory=dict)  # export_pretrained's verification
     # Ops written as pkg.torch.ops nodes (fallback="custom_domain"): target, count, where.
     fallback_ops: list[dict[str, Any]] = field(default_factory=list)
+    # Node count per op type of the written graph, most frequent first.
+    node_histogram: list[tuple[str, int]] = field(default_factory=list)
 
     def __str__(self) -> str:
         stages = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in self.timings.items())
@@ -620,6 +622,7 @@ def export(
     fallback: str | None = None,
     verify: bool = False,
     verify_tolerance: tuple[float, float] = (1e-4, 1e-4),
+    report: str | os.PathLike | None = None,
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
 
@@ -636,10 +639,55 @@ def export(
     dims, on inputs whose dynamic dims are one larger; the max differences go
     to the result's `checks["verify"]`, and differences beyond
     `verify_tolerance` (atol, rtol) raise pt2onnx.VerificationError. Returns
-    an ExportResult with per-stage timings.
+    an ExportResult with per-stage timings. `report="export.md"` writes a
+    markdown report of the export (stages and times, inputs and outputs,
+    the op histogram, ops without a converter, the verification), also when
+    it fails.
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
     fails; the previous file at `f`, if any, is then left as it was.
     """
+    options = dict(kwargs=kwargs, dynamic_shapes=dynamic_shapes, dynamic_axes=dynamic_axes,
+                   opset=opset, input_names=input_names, output_names=output_names,
+                   external_data=external_data, optimize=optimize, strict=strict,
+                   fallback=fallback, verify=verify, verify_tolerance=verify_tolerance)
+    if report is None:
+        return _export(model, args, f, **options)
+    state: dict[str, Any] = {}
+    try:
+        result = _export(model, args, f, _state=state, **options)
+    except Exception as e:
+        unsupported = None
+        if "program_json" in state:
+            unsupported = list(_core.unsupported_ops(state["program_json"], state["opset"]))
+        _report.write(report, model=model, opset=state.get("opset", opset), error=e,
+                      outcome=state.get("core", {}), unsupported=unsupported)
+        raise
+    _report.write(report, model=model, opset=result.opset,
+                  outcome={**state["core"], "path": result.path, "timings": result.timings,
+                           "checks": result.checks})
+    return result
+
+
+def _export(
+    model: torch.nn.Module | torch.export.ExportedProgram,
+    args: Any = (),
+    f: str | os.PathLike | None = None,
+    *,
+    kwargs: dict[str, Any] | None = None,
+    dynamic_shapes: Any = None,
+    dynamic_axes: Mapping[str, Any] | None = None,
+    opset: int | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    external_data: bool | None = None,
+    optimize: bool = True,
+    strict: bool = False,
+    fallback: str | None = None,
+    verify: bool = False,
+    verify_tolerance: tuple[float, float] = (1e-4, 1e-4),
+    _state: dict[str, Any] | None = None,
+) -> ExportResult:
+    """export() without the report; `_state` receives what a report of a failure needs."""
     t0 = time.perf_counter()
     opset = _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names,
                              external_data, optimize, strict)
@@ -672,6 +720,8 @@ def export(
                 strict)
         t1 = time.perf_counter()
         program_json = _serialize(ep)
+        if _state is not None:
+            _state.update(program_json=program_json, opset=opset)
         weights, keep_alive = _weight_views(ep)
         t2 = time.perf_counter()
 
@@ -719,6 +769,8 @@ def export(
             f"{op['target']} ({op['count']} node{'s' if op['count'] > 1 else ''}, first at "
             f"{op['where']})" for op in r["fallback_ops"])
             + ": written as pkg.torch.ops nodes, which a runtime must implement", stacklevel=2)
+    if _state is not None:
+        _state["core"] = r
     result = ExportResult(
         path=None if f is None else path,
         data_paths=list(r["data_paths"]),
@@ -730,6 +782,7 @@ def export(
         timings=timings,
         model_bytes=model_bytes,
         fallback_ops=list(r["fallback_ops"]),
+        node_histogram=[tuple(x) for x in r["node_histogram"]],
     )
     if verify:
         if result.fallback_ops:

@@ -1,7 +1,9 @@
 // The pipeline after capture: read -> convert -> optimize -> write, timed.
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <filesystem>
+#include <map>
 
 #include "convert/convert_graph.h"
 #include "core/pipeline.h"
@@ -29,6 +31,38 @@ int ir_version_for_opset(int opset) {
   if (opset <= 24) return 12;
   return 13;
 }
+
+namespace {
+
+ValueSummary summary(const GraphIO& io) {
+  ValueSummary v{io.name, std::string(dtype_name(io.type.dtype)), {}};
+  if (io.type.shape)
+    for (auto& d : *io.type.shape)
+      v.dims.push_back(d.is_static() ? std::to_string(d.value) : d.sym.empty() ? "?" : d.sym);
+  return v;
+}
+
+// Inputs, outputs and the op histogram of the written graph, for reports.
+void summarize(const Graph& g, Result& r) {
+  for (auto& i : g.inputs) r.inputs.push_back(summary(i));
+  for (auto& o : g.outputs) r.outputs.push_back(summary(o));
+  std::map<std::string, size_t> counts;
+  std::vector<const Graph*> graphs{&g};
+  while (!graphs.empty()) {
+    const Graph* x = graphs.back();
+    graphs.pop_back();
+    for (auto& n : x->nodes) {
+      ++counts[n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type];
+      for (auto& a : n.attrs)
+        if (a.kind == Attr::Kind::Graph && a.g) graphs.push_back(a.g.get());
+    }
+  }
+  r.node_histogram.assign(counts.begin(), counts.end());
+  std::stable_sort(r.node_histogram.begin(), r.node_histogram.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+}
+
+}  // namespace
 
 std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, int opset) {
   if (opset < kMinOpset || opset > kMaxOpset)
@@ -96,6 +130,7 @@ Result convert_program_from(std::string_view program_json, const std::string& so
   r.weight_bytes = w.weight_bytes;
   r.nodes = g.nodes.size();
   r.initializers = g.initializers.size();
+  summarize(g, r);
   r.timings = {{"read", secs(t0, t1)},
                {"convert", secs(t1, t2)},
                {"optimize", secs(t2, t3)},

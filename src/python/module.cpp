@@ -73,6 +73,14 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
   d["weight_bytes"] = r.weight_bytes;
   d["timings"] = r.timings;
   d["fallback_ops"] = ops_list(r.fallback_ops);
+  auto values = [](const std::vector<pt2onnx::ValueSummary>& vs) {
+    nb::list l;
+    for (auto& v : vs) l.append(nb::make_tuple(v.name, v.dtype, v.dims));
+    return l;
+  };
+  d["inputs"] = values(r.inputs);
+  d["outputs"] = values(r.outputs);
+  d["node_histogram"] = r.node_histogram;
   return d;
 }
 

@@ -62,3 +62,43 @@ def test_verify_skips_sizes_pytorch_refuses(tmp_onnx):
     first, second = r.checks["verify"]
     assert first["inputs"] == {"x": [4, 3]} and first["max_abs_diff"] == {"mul": 0.0}
     assert second["skipped"].startswith("dynamic dims one larger: RuntimeError")
+
+
+def test_report_of_an_export(tmp_path):
+    report = tmp_path / "export.md"
+    torch.manual_seed(0)
+    pt2onnx.export(Net().eval(), example(), str(tmp_path / "m.onnx"), verify=True,
+                   report=str(report), dynamic_shapes={"ids": {0: "batch", 1: "seq"},
+                                                       "x": {0: "batch", 1: "seq"}})
+    text = report.read_text()
+    assert text.startswith("# pt2onnx export report: Net")
+    assert "## Result: written" in text and "m.onnx" in text
+    for stage in ("| capture |", "| convert |", "| write |", "| verify |"):
+        assert stage in text
+    assert "| `ids` | int64 | [batch, seq] |" in text
+    assert "| `x` | float32 | [batch, seq, 3] |" in text
+    assert "| Gather | 1 |" in text and "| MatMul | 1 |" in text
+    assert "run 2, inputs ids [3, 6], x [3, 6, 3]: max abs difference" in text
+
+
+def test_report_of_a_failed_export(tmp_path):
+    @torch.library.custom_op("pt2onnx_test::report_only", mutates_args=())
+    def report_only(x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @report_only.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.pt2onnx_test.report_only(x) + 1
+
+    report = tmp_path / "failed.md"
+    with pytest.raises(pt2onnx.ConversionError):
+        pt2onnx.export(M(), (torch.randn(2, 3),), str(tmp_path / "m.onnx"), report=str(report))
+    text = report.read_text()
+    assert "## Result: failed" in text and "not supported at opset 18" in text
+    assert "## Ops without a converter" in text
+    assert "| `torch.ops.pt2onnx_test.report_only.default` | 1 |" in text
+    assert not (tmp_path / "m.onnx").exists()
