@@ -623,6 +623,7 @@ def export(
     verify: bool = False,
     verify_tolerance: tuple[float, float] = (1e-4, 1e-4),
     report: str | os.PathLike | None = None,
+    _state: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
 
@@ -646,48 +647,9 @@ def export(
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
     fails; the previous file at `f`, if any, is then left as it was.
     """
-    options = dict(kwargs=kwargs, dynamic_shapes=dynamic_shapes, dynamic_axes=dynamic_axes,
-                   opset=opset, input_names=input_names, output_names=output_names,
-                   external_data=external_data, optimize=optimize, strict=strict,
-                   fallback=fallback, verify=verify, verify_tolerance=verify_tolerance)
-    if report is None:
-        return _export(model, args, f, **options)
-    state: dict[str, Any] = {}
-    try:
-        result = _export(model, args, f, _state=state, **options)
-    except Exception as e:
-        unsupported = None
-        if "program_json" in state:
-            unsupported = list(_core.unsupported_ops(state["program_json"], state["opset"]))
-        _report.write(report, model=model, opset=state.get("opset", opset), error=e,
-                      outcome=state.get("core", {}), unsupported=unsupported)
-        raise
-    _report.write(report, model=model, opset=result.opset,
-                  outcome={**state["core"], "path": result.path, "timings": result.timings,
-                           "checks": result.checks})
-    return result
-
-
-def _export(
-    model: torch.nn.Module | torch.export.ExportedProgram,
-    args: Any = (),
-    f: str | os.PathLike | None = None,
-    *,
-    kwargs: dict[str, Any] | None = None,
-    dynamic_shapes: Any = None,
-    dynamic_axes: Mapping[str, Any] | None = None,
-    opset: int | None = None,
-    input_names: Sequence[str] | None = None,
-    output_names: Sequence[str] | None = None,
-    external_data: bool | None = None,
-    optimize: bool = True,
-    strict: bool = False,
-    fallback: str | None = None,
-    verify: bool = False,
-    verify_tolerance: tuple[float, float] = (1e-4, 1e-4),
-    _state: dict[str, Any] | None = None,
-) -> ExportResult:
-    """export() without the report; `_state` receives what a report of a failure needs."""
+    if report is not None:  # the export itself, then its report (also of a failure)
+        call = {k: v for k, v in locals().items() if k not in ("report", "_state")}
+        return _report.around(export, call, report)
     t0 = time.perf_counter()
     opset = _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names,
                              external_data, optimize, strict)

@@ -78,3 +78,22 @@ def write(path: str | os.PathLike, *, model: Any, opset: int, outcome: dict[str,
         lines.append("")
     with open(path, "w") as f:
         f.write("\n".join(lines))
+
+
+def around(export, call: dict[str, Any], path: str | os.PathLike):
+    """Runs export(**call) with a state dict it fills as it goes, and writes
+    the report of its result or of its failure (then re-raises)."""
+    state: dict[str, Any] = {}
+    try:
+        result = export(**call, _state=state)
+    except Exception as e:
+        unsupported = None
+        if "program_json" in state:
+            unsupported = list(_core.unsupported_ops(state["program_json"], state["opset"]))
+        write(path, model=call["model"], opset=state.get("opset", call["opset"]), error=e,
+              outcome=state.get("core", {}), unsupported=unsupported)
+        raise
+    write(path, model=call["model"], opset=result.opset,
+          outcome={**state["core"], "path": result.path, "timings": result.timings,
+                   "checks": result.checks})
+    return result
