@@ -109,7 +109,7 @@ bench-quick: python bench-deps
 
 # The model zoo (tests/models/zoo.py) through pt2onnx and torch.onnx dynamo=True, a fresh process
 # per export, timed after a warm-up export (bench/zoo.md, .json) and cold (bench/zoo_cold.md,
-# .json); ~30 min.
+# .json); ~35 min.
 zoo: python bench-deps
 	$(PYTHON) bench/zoo.py
 	$(PYTHON) bench/zoo.py --cold
