@@ -42,7 +42,7 @@ class ExportResult:
     weight_bytes: int
     timings: dict[str, float] = field(default_factory=dict)
     model_bytes: bytes | None = None  # set when f=None
-    checks: dict[str, Any] = field(default_factory=dict)  # export_pretrained's verification
+    checks: dict[str, Any] = field(default_factory=dict)  # verify=True, export_pretrained
     # Ops written as pkg.torch.ops nodes (fallback="custom_domain"): target, count, where.
     fallback_ops: list[dict[str, Any]] = field(default_factory=list)
     # Node count per op type of the written graph, most frequent first.

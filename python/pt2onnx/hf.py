@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from . import _verify as _verify_mod
 from ._export import ExportResult, export
 
 TASKS = ("text-generation-with-past", "text-generation", "feature-extraction",
@@ -98,13 +99,20 @@ def _audio_inputs(model, batch: int) -> dict[str, Any]:
 
 def _past(model, batch: int, past: int):
     """A DynamicCache of `past` positions, made by the model itself (a
-    prefill run), so any decoder's layer count, heads and head size fit."""
-    if past == 0:
-        return None
+    prefill run), so any decoder's layer count, heads and head size fit.
+    past 0: an empty cache (what the first step, the prefill, is fed)."""
     with torch.no_grad():
-        out = model(input_ids=torch.randint(0, model.config.vocab_size, (batch, past)),
+        out = model(input_ids=torch.randint(0, model.config.vocab_size, (batch, max(past, 1))),
                     use_cache=True)
-    return out.past_key_values
+    cache = out.past_key_values
+    if past == 0:
+        from transformers import DynamicCache
+
+        empty = DynamicCache()
+        for i, layer in enumerate(cache.layers):
+            empty.update(layer.keys[:, :, :0], layer.values[:, :, :0], i)
+        cache = empty
+    return cache
 
 
 class _TaskInputs:
@@ -185,46 +193,26 @@ def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
     return model.eval()
 
 
-def _leaves(x) -> list[torch.Tensor]:
-    return [t for t in torch.utils._pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
-
-
 def _verify(model, path: str, inputs: _TaskInputs, sizes, atol: float, rtol: float) -> float:
     """Max abs difference of every output, onnxruntime against PyTorch, over
-    fresh inputs at `sizes` ((batch, seq, past) triples); raises on a mismatch."""
-    import numpy as np
+    fresh inputs at `sizes` ((batch, seq, past) triples): export(verify=True)'s
+    comparison; VerificationError on a mismatch."""
     import onnxruntime as ort
 
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    names = [i.name for i in sess.get_inputs()]
     worst = 0.0
     for batch, seq, past in sizes:
-        kwargs = inputs.make(batch, seq, past)
-        feeds_t = dict(kwargs)
-        if inputs.task == "text-generation-with-past" and past == 0:
-            # The first step (prefill) feeds an empty cache.
-            cache = inputs.make(batch, seq, 1)["past_key_values"]
-            feeds_t["past_key_values"] = [[t[:, :, :0] for t in cache_list]
-                                          for cache_list in _cache_lists(cache)]
-        flat = _leaves(feeds_t)
-        if len(flat) != len(names):
-            raise AssertionError(f"{path}: {len(names)} inputs, {len(flat)} given")
-        got = sess.run(None, {n: t.numpy() for n, t in zip(names, flat)})
-        with torch.no_grad():
-            expected = _leaves(model(**kwargs))
-        if len(got) != len(expected):
-            raise AssertionError(f"{path}: {len(got)} outputs, PyTorch gives {len(expected)}")
-        for name, g, e in zip([o.name for o in sess.get_outputs()], got, expected):
-            if g.shape != tuple(e.shape):
-                raise AssertionError(f"{name}: shape {g.shape}, PyTorch {tuple(e.shape)}")
-            np.testing.assert_allclose(g, e.numpy(), atol=atol, rtol=rtol, err_msg=name)
-            if g.size:
-                worst = max(worst, float(np.max(np.abs(g - e.numpy()))))
+        try:
+            run = _verify_mod._compare(sess, model, (), inputs.make(batch, seq, past), atol, rtol)
+        except _verify_mod._TorchRefused as e:
+            raise _verify_mod.VerificationError(f"verify: PyTorch fails at {(batch, seq, past)}: "
+                                                f"{e}") from e
+        if "failures" in run:
+            raise _verify_mod.VerificationError(
+                f"verify: {path} differs from PyTorch at (batch, seq, past) "
+                f"{(batch, seq, past)}: " + "; ".join(run["failures"]))
+        worst = max([worst, *run["max_abs_diff"].values()])
     return worst
-
-
-def _cache_lists(cache) -> list[list[torch.Tensor]]:
-    return [[layer.keys for layer in cache.layers], [layer.values for layer in cache.layers]]
 
 
 def export_pretrained(

@@ -8,25 +8,18 @@ void emit_custom_domain_node(Ctx& c) {
   const schema::Node& n = c.node;
   std::vector<std::string> inputs;
   std::vector<Attr> attrs;
-  auto value_of = [&](const std::string& fx) -> std::string {
-    if (fx.empty()) return "";  // an absent optional tensor
-    auto it = c.env.values.find(fx);
-    if (it == c.env.values.end()) c.fail("uses undefined value '" + fx + "'");
-    return it->second;
-  };
   for (const auto& in : n.inputs) {
     const schema::Argument& a = in.arg;
     switch (a.kind) {
       case ArgKind::None:
         inputs.push_back("");  // torch's None (an absent optional): keeps later inputs in place
         break;
-      case ArgKind::Tensor:
-      case ArgKind::OptionalTensor:
-        inputs.push_back(value_of(a.name));
+      case ArgKind::Tensor:  // a present optional tensor too (an absent one is None)
+        inputs.push_back(c.tensor(in.name));
         break;
       case ArgKind::Tensors:
-      case ArgKind::OptionalTensors:
-        for (auto& t : a.names) inputs.push_back(value_of(t));
+      case ArgKind::OptionalTensors:  // "" for a None element
+        for (auto& t : c.tensors(in.name)) inputs.push_back(t);
         break;
       case ArgKind::Int:
       case ArgKind::ScalarType:

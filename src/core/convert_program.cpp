@@ -53,8 +53,7 @@ void summarize(const Graph& g, Result& r) {
     graphs.pop_back();
     for (auto& n : x->nodes) {
       ++counts[n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type];
-      for (auto& a : n.attrs)
-        if (a.kind == Attr::Kind::Graph && a.g) graphs.push_back(a.g.get());
+      for (const Graph* s : subgraphs(n)) graphs.push_back(s);
     }
   }
   r.node_histogram.assign(counts.begin(), counts.end());

@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import os
 import sys
-import types
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch import nn
 
 
-def hide_torchvision_ops():
-    """torchvision's PyPI wheel is built against CUDA torch: keep it from
-    registering its operators so that its model definitions (and timm's and
-    transformers', which import it) load with the CPU torch."""
-    sys.modules.setdefault("torchvision._meta_registrations",
-                           types.ModuleType("torchvision._meta_registrations"))
-
+# tests/python: opinfo_harness (torchvision's operator registrations kept out, so that its
+# model definitions, and timm's and transformers', load with the CPU torch) and the
+# word-language model.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from opinfo_harness import hide_torchvision_ops  # noqa: E402
 
 hide_torchvision_ops()
 
@@ -119,7 +116,6 @@ class SuperResolutionNet(nn.Module):
 
 def _word_lm(kind):
     def build():
-        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
         from test_word_language_model import RNNModel, TransformerModel
 
         if kind == "Transformer":
