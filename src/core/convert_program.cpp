@@ -114,6 +114,8 @@ Result convert_program_from(std::string_view program_json, const std::string& so
   auto t2 = clock::now();
   if (options.optimize) stage("optimizing", [&] { return run_default_passes(g); });
   auto t3 = clock::now();
+  // Model-local functions need IR version 8 (opsets 13 and 14 otherwise get 7).
+  if (!g.functions.empty() && r.ir_version < 8) r.ir_version = 8;
   WriteOptions wo;
   wo.opset = options.opset;
   wo.ir_version = r.ir_version;

@@ -182,7 +182,8 @@ Attr Attr::Subgraph(std::string n, Graph v) {
 }
 
 bool Attr::operator==(const Attr& o) const {
-  if (name != o.name || kind != o.kind) return false;
+  if (name != o.name || kind != o.kind || ref != o.ref) return false;
+  if (!ref.empty()) return true;
   switch (kind) {
     case Kind::Float:
       return std::memcmp(&f, &o.f, sizeof f) == 0;

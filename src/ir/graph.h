@@ -99,6 +99,9 @@ struct Attr {
   // A nested graph (If branches, Loop / Scan bodies). It reads values of the
   // enclosing scopes by name; names are unique across all scopes.
   std::shared_ptr<Graph> g;
+  // Inside a Function's body only: the value is the caller's attribute of
+  // this name (ONNX ref_attr_name); `kind` still gives the type.
+  std::string ref;
 
   static Attr Int(std::string n, int64_t v);
   static Attr Float(std::string n, float v);
@@ -131,6 +134,22 @@ struct GraphIO {
   ValueType type;
 };
 
+// A model-local ONNX function (FunctionProto): modules exported as functions,
+// custom converters written as ONNX functions. Nodes call it with
+// op_type = name, domain = domain. Its body reads only its inputs and
+// attributes (Attr::ref); versions of the domains it uses are in opset_imports.
+struct Function {
+  std::string domain;
+  std::string name;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::vector<std::string> attributes;   // attribute names callers may set
+  std::vector<Attr> attribute_defaults;  // those with a default value
+  std::vector<Node> nodes;
+  std::map<std::string, int64_t> opset_imports;  // "" = default ONNX domain
+  std::string doc;
+};
+
 struct Graph {
   std::string name = "main_graph";
   // Versions of the non-default domains its nodes use (the model's opset_import).
@@ -140,6 +159,8 @@ struct Graph {
   std::vector<GraphIO> inputs;
   std::vector<GraphIO> outputs;
   std::unordered_map<std::string, ValueType> types;  // every known value
+  // Model-local functions (main graph only), written as ModelProto.functions.
+  std::vector<Function> functions;
 
   const ValueType* type_of(const std::string& v) const;
 };

@@ -138,9 +138,37 @@ Msg value_info(const std::string& name, const ValueType& t) {
 
 Msg graph_proto(const Graph& g, int ir_version);
 
+// AttributeProto.type for each kind.
+int64_t attr_type_code(Attr::Kind k) {
+  switch (k) {
+    case Attr::Kind::Float:
+      return 1;
+    case Attr::Kind::Int:
+      return 2;
+    case Attr::Kind::String:
+      return 3;
+    case Attr::Kind::Tensor:
+      return 4;
+    case Attr::Kind::Graph:
+      return 5;
+    case Attr::Kind::Floats:
+      return 6;
+    case Attr::Kind::Ints:
+      return 7;
+    case Attr::Kind::Strings:
+      return 8;
+  }
+  return 0;
+}
+
 Msg attribute(const Attr& a, int ir_version) {
   Msg m;
   m.bytes_field(1, a.name);
+  if (!a.ref.empty()) {  // a function body's reference to its caller's attribute
+    m.bytes_field(21, a.ref);
+    m.int_field(20, attr_type_code(a.kind));
+    return m;
+  }
   switch (a.kind) {
     case Attr::Kind::Float:
       m.float_field(2, a.f);
@@ -229,6 +257,26 @@ Msg graph_proto(const Graph& g, int ir_version) {
   for (auto& i : g.inputs) m.message(11, value_info(i.name, i.type));
   for (auto& o : g.outputs) m.message(12, value_info(o.name, o.type));
   value_infos(m, g);
+  return m;
+}
+
+// A model-local function (ModelProto.functions).
+Msg function_proto(const Function& f, int ir_version) {
+  Msg m;
+  m.bytes_field(1, f.name);
+  for (auto& i : f.inputs) m.bytes_field(4, i);
+  for (auto& o : f.outputs) m.bytes_field(5, o);
+  for (auto& a : f.attributes) m.bytes_field(6, a);
+  for (auto& n : f.nodes) m.message(7, node_proto(n, ir_version));
+  if (!f.doc.empty()) m.bytes_field(8, f.doc);
+  for (auto& [domain, version] : f.opset_imports) {
+    Msg opset;
+    opset.bytes_field(1, domain);
+    opset.int_field(2, version);
+    m.message(9, opset);
+  }
+  m.bytes_field(10, f.domain);
+  for (auto& a : f.attribute_defaults) m.message(11, attribute(a, ir_version));
   return m;
 }
 
@@ -369,6 +417,9 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
       if (!p.ext) payload(out, p.init->data);
     }
     out.put(tail.bytes);
+    Msg functions;
+    for (auto& f : g.functions) functions.message(25, function_proto(f, opt.ir_version));
+    out.put(functions.bytes);
     out.finish();
   }
   if (has_ext) {
