@@ -71,19 +71,21 @@ test-sanitize: deps
 	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
 
 # libFuzzer, seeded with the hostile corpus (valid.pt2 included, so inputs
-# reach conversion); bounded. The targets share FUZZ_SECONDS, half each:
-# fuzz_archive (archive + schema readers) and fuzz_pipeline (read, convert,
-# write a file). -max_len 256 KiB: the deep-pickle reproducer (207 KB) fits whole.
+# reach conversion); bounded. The targets share FUZZ_SECONDS, a third each:
+# fuzz_archive (archive + schema readers), fuzz_pipeline (read, convert,
+# write a file) and fuzz_model_reader (the ONNX reader, seeded with
+# tests/data/onnx/*.onnx). -max_len 256 KiB: the deep-pickle reproducer (207 KB) fits whole.
 FUZZ_BUILD := build/fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := fuzz_archive fuzz_pipeline
+FUZZ_TARGETS := fuzz_archive fuzz_pipeline fuzz_model_reader
 fuzz: deps deps-clang
 	CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DPT2ONNX_FUZZ=ON >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
-	@each=$$(( $(FUZZ_SECONDS) / 2 > 0 ? $(FUZZ_SECONDS) / 2 : 1 )); rc=0; \
+	@each=$$(( $(FUZZ_SECONDS) / 3 > 0 ? $(FUZZ_SECONDS) / 3 : 1 )); rc=0; \
 	for t in $(FUZZ_TARGETS); do \
-	  mkdir -p $(FUZZ_BUILD)/corpus_$$t && cp tests/data/hostile/*.pt2 $(FUZZ_BUILD)/corpus_$$t/; \
+	  seeds=tests/data/hostile/*.pt2; [ $$t = fuzz_model_reader ] && seeds=tests/data/onnx/*.onnx; \
+	  mkdir -p $(FUZZ_BUILD)/corpus_$$t && cp $$seeds $(FUZZ_BUILD)/corpus_$$t/; \
 	  echo "== $$t, $$each s"; r=0; \
 	  $(FUZZ_BUILD)/$$t $(FUZZ_BUILD)/corpus_$$t -max_total_time=$$each \
 	    -max_len=262144 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/$$t- \
