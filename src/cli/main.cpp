@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pt2onnx/pretty.h"
 #include "pt2onnx/pt2onnx.h"
 
 namespace {
@@ -21,6 +22,8 @@ void usage(FILE* out) {
       out,
       "usage: pt2onnx MODEL.pt2 [-o MODEL.onnx] [options]\n"
       "       pt2onnx inspect MODEL.pt2 [--opset N]\n"
+      "       pt2onnx show MODEL.onnx      print an ONNX model as text (external data\n"
+      "                                    files are not read)\n"
       "       pt2onnx --version | --help\n"
       "\n"
       "Converts a torch.export archive to ONNX without Python or libtorch; nothing in\n"
@@ -118,6 +121,19 @@ int run_inspect(const std::vector<std::string>& args) {
     std::printf("not supported at opset %d:\n", opset);
     for (auto& t : info.unsupported) std::printf("  %s\n", t.c_str());
   }
+  return kOk;
+}
+
+int run_show(const std::vector<std::string>& args) {
+  std::string path;
+  for (auto& a : args) {
+    if (a.size() > 1 && a[0] == '-') throw UsageError{"unknown option " + a};
+    if (!path.empty()) throw UsageError{"show takes one model"};
+    path = a;
+  }
+  if (path.empty()) throw UsageError{"show needs an ONNX model path"};
+  std::string text = pt2onnx::pretty_model_file(path);
+  std::fwrite(text.data(), 1, text.size(), stdout);
   return kOk;
 }
 
@@ -239,6 +255,7 @@ int main(int argc, char** argv) {
       return kOk;
     }
     if (args[0] == "inspect") return run_inspect({args.begin() + 1, args.end()});
+    if (args[0] == "show") return run_show({args.begin() + 1, args.end()});
     return run_convert(args);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "pt2onnx: %s\n\n", e.what.c_str());

@@ -903,6 +903,8 @@ ReadModel read_model(std::string_view bytes, const std::string& source) {
   ReadModel m;
   m.graph.name.clear();
   Ctx c(source, &m);
+  if (bytes.starts_with(std::string_view("PK\x03\x04", 4)))
+    c.fail("not an ONNX model: a zip archive (a .pt2?)");
   bool has_graph = false;
   Cursor in(bytes);
   Field f;

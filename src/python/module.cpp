@@ -7,6 +7,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "pt2onnx/pretty.h"
 #include "pt2onnx/pt2onnx.h"
 
 namespace nb = nanobind;
@@ -94,6 +95,17 @@ nb::list unsupported_ops(nb::bytes program_json, int opset) {
   return ops_list(ops);
 }
 
+std::string pretty_file(const std::string& path) {
+  nb::gil_scoped_release release;
+  return pt2onnx::pretty_model_file(path);
+}
+
+std::string pretty_bytes(nb::bytes model, const std::string& source) {
+  std::string_view b(static_cast<const char*>(model.data()), model.size());
+  nb::gil_scoped_release release;  // `model` stays alive: the caller holds it
+  return pt2onnx::pretty_model_bytes(b, source);
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -105,6 +117,8 @@ NB_MODULE(_core, m) {
         nb::arg("fallback") = "");
   m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"));
   m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));
+  m.def("pretty_file", &pretty_file, nb::arg("path"));
+  m.def("pretty_bytes", &pretty_bytes, nb::arg("model"), nb::arg("source"));
   m.def("ir_version_for_opset", &pt2onnx::ir_version_for_opset);
   m.attr("__version__") = PT2ONNX_VERSION;
   m.attr("MIN_OPSET") = pt2onnx::kMinOpset;
