@@ -11,6 +11,7 @@
 
 #include "onnx/model_reader.h"
 #include "onnx/model_writer.h"
+#include "onnx/pretty.h"
 #include "onnx/wire.h"
 #include "pt2onnx/error.h"
 
@@ -514,4 +515,52 @@ TEST(Reader, SkipsUnknownFieldsOfEveryWireType) {
   ASSERT_EQ(r.graph.nodes.size(), 1u);
   EXPECT_EQ(r.graph.nodes[0].op_type, "Relu");
   EXPECT_EQ(r.graph.nodes[0].outputs, std::vector<std::string>{"y"});
+}
+
+TEST(Pretty, SampleModelText) {
+  TmpDir dir;
+  Sample s;
+  // 22 initializers: 20 listed, then "... 2 more".
+  std::vector<int64_t> ones(3, 1);
+  for (int i = 0; i < 20; ++i)
+    s.g.initializers.push_back(
+        {"extra" + std::to_string(i), TensorData::from_vector(DType::Int64, {3}, ones)});
+  Attr longs = Attr::Ints("pads", std::vector<int64_t>(40, 2));
+  s.g.nodes[0].attrs.push_back(longs);
+  std::string bytes = written(s.g, dir.p / "p.onnx", 10);
+  std::string text = pretty(read_model(bytes, "p.onnx"));
+  std::string extra;
+  for (int i = 0; i < 18; ++i) extra += "  extra" + std::to_string(i) + ": int64[3]\n";
+  EXPECT_EQ(text, "ir_version 10, producer pt2onnx " PT2ONNX_VERSION
+                  "\n"
+                  "opsets: ai.onnx 18, custom.fn 1, custom.ops 1\n"
+                  "graph sample\n"
+                  "inputs: 1\n"
+                  "  x: float32[batch, 3]\n"
+                  "initializers: 22, 520 bytes\n"
+                  "  fc.weight: float32[2, 3]\n"
+                  "  shape: int64[2]\n" +
+                      extra +
+                      "  ... 2 more\n"
+                      "nodes: 4\n"
+                      "  %mm = MatMul[pads=[2, 2, 2, 2, 2, 2, 2, 2, ... (40 values)]](%x, "
+                      "%fc.weight)   # encoder.fc\n"
+                      "  %k1, %k2 = custom.ops::Kitchen[i=-7, f=0.1, s=\"x\\x00y\", is=[1, -2, "
+                      "1099511627776], fs=[0.5, -0.25], names=[\"a\", \"\", \"c d\"], "
+                      "t=int32[3]{4, -5, 6}](%mm, \"\", %shape)\n"
+                      "  %if_out = If(%k2)\n"
+                      "    then_branch: graph then_body() -> (r: float32[batch, 3])\n"
+                      "      %r = Relu(%mm)   # branch\n"
+                      "    else_branch: graph else_body() -> (n: float32[batch, 3])\n"
+                      "      %n = Neg(%mm)\n"
+                      "  %y = custom.fn::ScaleAdd[scale=3.0](%if_out, %mm)\n"
+                      "outputs: 1\n"
+                      "  y: float32[batch, ?]\n"
+                      "\n"
+                      "function custom.fn::ScaleAdd(%a, %b) -> (%out) [scale, bias=0.5]\n"
+                      "  opsets: ai.onnx 18\n"
+                      "  doc: \"a * scale + b\"\n"
+                      "  %s = Constant[value_float=@scale]()\n"
+                      "  %as = Mul(%a, %s)\n"
+                      "  %out = Add(%as, %b)\n");
 }
