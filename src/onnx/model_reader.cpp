@@ -384,7 +384,8 @@ ParsedTensor parse_tensor(Ctx& c, std::string_view bytes) {
       c.fail(who + ": invalid dims " + dims_text(t.data.dims));
   const size_t esize = dtype_size(t.data.dtype);
   uint64_t nbytes = 0;
-  if (__builtin_mul_overflow(numel, static_cast<uint64_t>(esize), &nbytes) ||
+  if (numel > (uint64_t{1} << 62) ||  // TensorData::numel() is an int64 product
+      __builtin_mul_overflow(numel, static_cast<uint64_t>(esize), &nbytes) ||
       nbytes > (uint64_t{1} << 62))
     c.fail(who + ": dims " + dims_text(t.data.dims) + " overflow");
   std::string type_text = std::string(dtype_name(t.data.dtype)) + dims_text(t.data.dims);
