@@ -20,6 +20,21 @@ enum class ExternalData { Auto, Always, Never };
 // "auto" / "always" / "never"; nullopt for anything else.
 std::optional<ExternalData> external_data_from_string(std::string_view s);
 
+class Ctx;  // what a converter sees of one node: src/convert/context.h
+// A C++ converter (the signature of the built-in ones in src/convert/).
+using ConvertFn = void (*)(Ctx&);
+
+// A user converter written as an ONNX function: every node of `target` is
+// replaced by the function's body, its tensor arguments bound to the
+// function's inputs in schema order and its other arguments to the
+// attributes of the same name (docs: README "Custom converters").
+struct CustomFunction {
+  // The op overload: "torch.ops.mylib.foo.default", "mylib.foo.default",
+  // "mylib::foo" (= .default); an aten target overrides our converter.
+  std::string target;
+  std::string function_proto;  // a serialized onnx FunctionProto
+};
+
 struct Options {
   int opset = 18;
   bool optimize = true;
@@ -39,6 +54,19 @@ struct Options {
   // attributes) and list them in Result::fallback_ops. Opt-in, never silent.
   enum class Fallback { None, CustomDomain };
   Fallback fallback = Fallback::None;
+  // User converters, consulted before the built-in ones (they override them):
+  // ONNX functions (custom_translation_table, the command's --functions) and
+  // C++ functions keyed by target (see examples/custom_converter.cpp).
+  std::vector<CustomFunction> custom_functions;
+  // ONNX files of such functions (the command's --functions): each function
+  // converts the target "<domain>.<name>" (name "relu" = "relu.default"), or
+  // its name when that is a whole target ("torch.ops.mylib.foo.default"); the
+  // file's opset_import versions custom domains (custom_opsets wins).
+  std::vector<std::string> custom_function_files;
+  std::map<std::string, ConvertFn> converters;
+  // Versions of custom domains the converters' nodes use (torch.onnx's
+  // custom_opsets); a domain named nowhere gets version 1.
+  std::map<std::string, int64_t> custom_opsets;
   // Called from the converting thread as stages advance (fraction in 0..1).
   std::function<void(std::string_view stage, double fraction)> progress;
 };
@@ -132,6 +160,8 @@ ArchiveInfo inspect(const std::string& input_path, int opset = 18);
 // The ops of a serialized program (ExportedProgram JSON) that no converter
 // handles at `opset`, sorted by target; nothing is written.
 std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, int opset);
+// The same, counting the user converters of `options` (and its opset) as supported.
+std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, const Options& options);
 
 // Every aten target this build converts at `opset`.
 std::vector<std::string> supported_targets(int opset);

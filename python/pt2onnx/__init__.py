@@ -9,6 +9,7 @@ Capture uses torch.export; everything after capture runs in C++.
 
 from ._core import MAX_OPSET, MIN_OPSET, ConversionError, __version__, supported_targets
 from ._capture_rules import capture_rules
+from ._custom import save_custom_converters
 from ._export import DEFAULT_OPSET, ExportResult, export, unconvertible_ops
 from ._pretty import pretty
 from ._verify import VerificationError
@@ -17,6 +18,7 @@ __all__ = [
     "export",
     "unconvertible_ops",
     "pretty",
+    "save_custom_converters",
     "capture_rules",
     "ExportResult",
     "ConversionError",

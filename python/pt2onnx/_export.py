@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from . import _core, _report, _verify
+from . import _core, _custom, _report, _verify
 from ._capture_rules import capture_rules
 
 DEFAULT_OPSET = 18
@@ -620,6 +620,8 @@ def export(
     optimize: bool = True,
     strict: bool = False,
     fallback: str | None = None,
+    custom_translation_table: Mapping[Any, Any] | None = None,
+    custom_opsets: Mapping[str, int] | None = None,
     verify: bool = False,
     verify_tolerance: tuple[float, float] = (1e-4, 1e-4),
     report: str | os.PathLike | None = None,
@@ -635,7 +637,12 @@ def export(
     while `<f>.data` belongs to the model being replaced), True = always,
     False = never. `fallback="custom_domain"` writes ops no converter handles
     as nodes of domain pkg.torch.ops (listed in the result's `fallback_ops`
-    and in a warning) instead of failing. `verify=True` runs the written model
+    and in a warning) instead of failing. `custom_translation_table={op:
+    fn}` converts `op` (an op overload, a torch.library.custom_op, or an aten
+    op to override ours) with `fn`, an onnxscript function or a Python
+    function building nodes through `g.op(...)` (see pt2onnx._custom);
+    `custom_opsets={"domain": version}` versions the custom domains its nodes
+    use (1 when not given). `verify=True` runs the written model
     in onnxruntime against PyTorch on the example inputs and, with dynamic
     dims, on inputs whose dynamic dims are one larger; the max differences go
     to the result's `checks["verify"]`, and differences beyond
@@ -655,6 +662,8 @@ def export(
                              external_data, optimize, strict)
     if fallback not in (None, "custom_domain"):
         raise ValueError(f"fallback must be None or 'custom_domain', not {fallback!r}")
+    custom_opsets = _custom.check_custom_opsets(custom_opsets)
+    custom_functions = _custom.record_table(custom_translation_table, opset, custom_opsets)
     if not isinstance(args, tuple):
         args = (args,) if not isinstance(args, list) else tuple(args)
     in_dim_names: dict[str, dict[int, str]] = {}
@@ -683,7 +692,8 @@ def export(
         t1 = time.perf_counter()
         program_json = _serialize(ep)
         if _state is not None:
-            _state.update(program_json=program_json, opset=opset)
+            _state.update(program_json=program_json, opset=opset,
+                          custom_functions=custom_functions)
         weights, keep_alive = _weight_views(ep)
         t2 = time.perf_counter()
 
@@ -713,6 +723,8 @@ def export(
             in_dim_names,
             out_dim_names,
             fallback or "",
+            custom_functions,
+            custom_opsets,
         )
         model_bytes = None
         if tmpdir is not None:
@@ -766,12 +778,15 @@ def unconvertible_ops(
     dynamic_shapes: Any = None,
     opset: int | None = None,
     strict: bool = False,
+    custom_translation_table: Mapping[Any, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The ops of `model` no converter handles at `opset`, without writing
     anything: one dict per target (`target`, `count`, `where`: the first
     node's module and source line, `converts_from`: the lowest opset that
-    converts it, 0 if none). Empty when the model exports."""
+    converts it, 0 if none). Empty when the model exports. Targets of
+    `custom_translation_table` count as converted."""
     opset = _check_arguments(None, kwargs, None, opset, None, None, None, True, strict)
+    custom_functions = _custom.record_table(custom_translation_table, opset, {})
     if isinstance(model, torch.export.ExportedProgram):
         ep = model
     else:
@@ -781,4 +796,4 @@ def unconvertible_ops(
             ep = _capture(model, args, kwargs, dynamic_shapes, None, None, None, strict)[0]
     with _CAPTURE_LOCK:
         program_json = _serialize(ep)
-    return list(_core.unsupported_ops(program_json, opset))
+    return list(_core.unsupported_ops(program_json, opset, custom_functions))

@@ -89,7 +89,8 @@ def around(export, call: dict[str, Any], path: str | os.PathLike):
     except Exception as e:
         unsupported = None
         if "program_json" in state:
-            unsupported = list(_core.unsupported_ops(state["program_json"], state["opset"]))
+            unsupported = list(_core.unsupported_ops(state["program_json"], state["opset"],
+                                                      state.get("custom_functions", [])))
         write(path, model=call["model"], opset=state.get("opset", call["opset"]), error=e,
               outcome=state.get("core", {}), unsupported=unsupported)
         raise

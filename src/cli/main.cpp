@@ -37,6 +37,9 @@ void usage(FILE* out) {
       "  --no-optimize              write the graph as converted (no passes)\n"
       "  --fallback custom_domain   write ops with no converter as pkg.torch.ops nodes\n"
       "                             (listed on stderr) instead of failing\n"
+      "  --functions FILE.onnx      custom converters: an ONNX file of functions, each\n"
+      "                             converting the op <domain>::<name> (repeatable;\n"
+      "                             pt2onnx.save_custom_converters writes one)\n"
       "  --input-names A [B ...]    rename graph inputs in order (commas work too)\n"
       "  --output-names Y [Z ...]   rename graph outputs in order\n"
       "  --dim-name INPUT:AXIS=NAME name a dynamic dim (dim_param), e.g. x:0=batch;\n"
@@ -166,6 +169,8 @@ int run_convert(const std::vector<std::string>& args) {
     } else if (a == "--fallback") {
       if (value() != "custom_domain") throw UsageError{"--fallback takes custom_domain"};
       o.fallback = pt2onnx::Options::Fallback::CustomDomain;
+    } else if (a == "--functions") {
+      o.custom_function_files.push_back(value());
     } else if (a == "--input-names") {
       values(o.input_names);
     } else if (a == "--output-names") {

@@ -27,6 +27,8 @@ struct Env {
   bool nested = false;
   // Ops without a converter become pkg.torch.ops nodes (Options::Fallback).
   bool fallback = false;
+  // User converters, tried before the registry (convert/custom_converters.h).
+  const class CustomConverters* custom = nullptr;
 };
 
 class Ctx {

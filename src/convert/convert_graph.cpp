@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "convert/context.h"
+#include "convert/custom_converters.h"
 #include "convert/fallback.h"
 #include "convert/inline_wrappers.h"
 #include "convert/mutation.h"
@@ -13,7 +14,8 @@
 
 namespace pt2onnx {
 
-std::vector<UnsupportedOp> find_unsupported(const schema::Program& prog, int opset) {
+std::vector<UnsupportedOp> find_unsupported(const schema::Program& prog, int opset,
+                                            const CustomConverters* custom) {
   std::map<std::string, UnsupportedOp> missing;
   const Registry& reg = registry();
   // The graphs of higher-order ops (cond branches, loop bodies) included.
@@ -27,6 +29,7 @@ std::vector<UnsupportedOp> find_unsupported(const schema::Program& prog, int ops
           graphs.push_back(in.arg.graph.get());
       // Wrappers nested in a graph argument are inlined when it converts.
       if (converts(n.target, opset) || is_wrapper_target(n.target)) continue;
+      if (custom && custom->handles(n.target)) continue;
       UnsupportedOp& m = missing[n.target];
       if (m.count++ == 0) {
         m.target = n.target;
@@ -51,9 +54,10 @@ using schema::OutputSpec;
 
 // Every unsupported target, counted, with its first source location: an
 // error naming them all, unless they fall back to custom-domain nodes.
-void check_supported(const schema::Program& prog, const Options& opt) {
+void check_supported(const schema::Program& prog, const Options& opt,
+                     const CustomConverters& custom) {
   if (opt.fallback == Options::Fallback::CustomDomain) return;
-  auto missing = find_unsupported(prog, opt.opset);
+  auto missing = find_unsupported(prog, opt.opset, &custom);
   if (missing.empty()) return;
   std::ostringstream os;
   os << missing.size() << " operator" << (missing.size() > 1 ? "s are" : " is")
@@ -63,8 +67,9 @@ void check_supported(const schema::Program& prog, const Options& opt) {
        << "), first at " << m.where;
     if (m.converts_from > opt.opset) os << " [converts from opset " << m.converts_from << "]";
   }
-  os << "\nNo file was written. Rewrite these ops in the model, give them a converter, or "
-        "export with fallback=\"custom_domain\" to keep them as pkg.torch.ops nodes.";
+  os << "\nNo file was written. Rewrite these ops in the model, give them a converter "
+        "(custom_translation_table=), or export with fallback=\"custom_domain\" to keep them as "
+        "pkg.torch.ops nodes.";
   throw Error(os.str());
 }
 
@@ -127,7 +132,8 @@ void convert_nodes(GraphBuilder& b, const schema::Program& prog, Env& env) {
     b.set_origin(n.name, n.target, n.module_path());
     Ctx ctx(b, prog, n, env);
     try {
-      if (ConvertFn fn = find_converter(n.target, b.opset()))
+      if (env.custom && env.custom->convert(ctx)) {
+      } else if (ConvertFn fn = find_converter(n.target, b.opset()))
         fn(ctx);
       else if (env.fallback)
         emit_custom_domain_node(ctx);
@@ -208,6 +214,7 @@ std::vector<std::string> convert_nested(Ctx& outer, const schema::Graph& g,
   env.symbol_names = outer.env.symbol_names;
   env.cache = outer.env.cache;  // values of enclosing scopes stay readable
   env.fallback = outer.env.fallback;
+  env.custom = outer.env.custom;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const schema::Argument& a = g.inputs[i];
     if (a.kind == ArgKind::Tensor)
@@ -262,10 +269,12 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
     inline_wrappers(*inlined);
   }
   const schema::Program& prog = inlined ? *inlined : program;
-  check_supported(prog, opt);
+  const CustomConverters custom(opt);
+  check_supported(prog, opt, custom);
   GraphBuilder b(opt.opset);
   Env env;
   env.fallback = opt.fallback == Options::Fallback::CustomDomain;
+  env.custom = &custom;
   schema::Node no_node;
   Ctx top(b, prog, no_node, env);
 

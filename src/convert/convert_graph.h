@@ -22,7 +22,10 @@ std::vector<std::string> convert_nested(Ctx& outer, const schema::Graph& g,
 bool is_ignored_target(const std::string& target);
 
 // Every target of `prog` (nested graphs included) that does not convert at `opset`.
-std::vector<UnsupportedOp> find_unsupported(const schema::Program& prog, int opset);
+class CustomConverters;
+// `custom`: user converters whose targets count as supported (may be null).
+std::vector<UnsupportedOp> find_unsupported(const schema::Program& prog, int opset,
+                                            const CustomConverters* custom = nullptr);
 
 // True when `target` converts at `opset` (to nodes, or to nothing if ignored).
 bool converts(const std::string& target, int opset);

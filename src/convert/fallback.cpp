@@ -4,10 +4,11 @@ namespace pt2onnx {
 
 using schema::ArgKind;
 
-void emit_custom_domain_node(Ctx& c) {
+CallArgs call_args(Ctx& c, const std::string& what) {
   const schema::Node& n = c.node;
-  std::vector<std::string> inputs;
-  std::vector<Attr> attrs;
+  CallArgs r;
+  auto& inputs = r.inputs;
+  auto& attrs = r.attrs;
   for (const auto& in : n.inputs) {
     const schema::Argument& a = in.arg;
     switch (a.kind) {
@@ -77,11 +78,16 @@ void emit_custom_domain_node(Ctx& c) {
         break;
       }
       default:
-        c.fail("cannot be written as a " + std::string(kTorchOpsDomain) + " node: argument '" +
-               in.name + "' is " + a.variant);
+        c.fail("cannot be written as " + what + ": argument '" + in.name + "' is " + a.variant);
     }
   }
   while (!inputs.empty() && inputs.back().empty()) inputs.pop_back();
+  return r;
+}
+
+void emit_custom_domain_node(Ctx& c) {
+  const schema::Node& n = c.node;
+  auto [inputs, attrs] = call_args(c, "a " + std::string(kTorchOpsDomain) + " node");
   std::vector<ValueType> types;
   for (size_t i = 0; i < c.n_outputs(); ++i) {
     if (c.find_meta(c.out_name(i)))

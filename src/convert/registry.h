@@ -6,10 +6,9 @@
 #include <unordered_map>
 #include <vector>
 
-namespace pt2onnx {
+#include "pt2onnx/pt2onnx.h"  // ConvertFn, Ctx
 
-class Ctx;
-using ConvertFn = void (*)(Ctx&);
+namespace pt2onnx {
 
 struct Converter {
   ConvertFn fn = nullptr;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "convert/convert_graph.h"
+#include "convert/custom_converters.h"
 #include "core/pipeline.h"
 #include "onnx/model_writer.h"
 #include "opt/passes.h"
@@ -70,6 +71,15 @@ std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, int op
   return find_unsupported(schema::parse_program(program_json, "ExportedProgram JSON"), opset);
 }
 
+std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, const Options& options) {
+  if (options.opset < kMinOpset || options.opset > kMaxOpset)
+    throw Error("opset " + std::to_string(options.opset) + " is not supported (this build emits " +
+                std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset) + ")");
+  const CustomConverters custom(options);
+  return find_unsupported(schema::parse_program(program_json, "ExportedProgram JSON"),
+                          options.opset, &custom);
+}
+
 Result convert_program(std::string_view program_json, const Weights& weights,
                        const std::string& output_path, const Options& options) {
   return convert_program_from(program_json, "ExportedProgram JSON", weights, output_path, options);
@@ -109,8 +119,10 @@ Result convert_program_from(std::string_view program_json, const std::string& so
       stage("reading the program", [&] { return schema::parse_program(program_json, source); });
   auto t1 = clock::now();
   Graph g = stage("converting", [&] { return convert_graph(prog, weights, options); });
-  if (options.fallback == Options::Fallback::CustomDomain)
-    r.fallback_ops = find_unsupported(prog, options.opset);
+  if (options.fallback == Options::Fallback::CustomDomain) {
+    const CustomConverters custom(options);  // parsed again: cheap next to converting
+    r.fallback_ops = find_unsupported(prog, options.opset, &custom);
+  }
   auto t2 = clock::now();
   if (options.optimize) stage("optimizing", [&] { return run_default_passes(g); });
   auto t3 = clock::now();

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -266,7 +267,11 @@ Msg function_proto(const Function& f, int ir_version) {
   m.bytes_field(1, f.name);
   for (auto& i : f.inputs) m.bytes_field(4, i);
   for (auto& o : f.outputs) m.bytes_field(5, o);
-  for (auto& a : f.attributes) m.bytes_field(6, a);
+  // A name with a default goes in attribute_proto only (ONNX: not both).
+  for (auto& a : f.attributes)
+    if (std::none_of(f.attribute_defaults.begin(), f.attribute_defaults.end(),
+                     [&](const Attr& d) { return d.name == a; }))
+      m.bytes_field(6, a);
   for (auto& n : f.nodes) m.message(7, node_proto(n, ir_version));
   if (!f.doc.empty()) m.bytes_field(8, f.doc);
   for (auto& [domain, version] : f.opset_imports) {

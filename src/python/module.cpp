@@ -18,6 +18,15 @@ namespace {
 using WeightTuple = std::tuple<std::string, uintptr_t, std::string, std::vector<int64_t>,
                                std::vector<int64_t>, uint64_t>;
 
+// custom_translation_table, recorded: (target, serialized FunctionProto)
+using CustomFunctions = std::vector<std::pair<std::string, nb::bytes>>;
+
+void set_custom(pt2onnx::Options& o, const CustomFunctions& functions) {
+  for (auto& [target, proto] : functions)
+    o.custom_functions.push_back(
+        {target, std::string(static_cast<const char*>(proto.data()), proto.size())});
+}
+
 // [{"target", "count", "where", "converts_from"}, ...]
 nb::list ops_list(const std::vector<pt2onnx::UnsupportedOp>& ops) {
   nb::list l;
@@ -38,8 +47,11 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
                  const std::vector<std::string>& output_names,
                  const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
                  const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names,
-                 const std::string& fallback) {
+                 const std::string& fallback, const CustomFunctions& custom_functions,
+                 const std::map<std::string, int64_t>& custom_opsets) {
   pt2onnx::Options o;
+  set_custom(o, custom_functions);
+  o.custom_opsets = custom_opsets;
   if (fallback == "custom_domain")
     o.fallback = pt2onnx::Options::Fallback::CustomDomain;
   else if (!fallback.empty())
@@ -85,12 +97,16 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
   return d;
 }
 
-nb::list unsupported_ops(nb::bytes program_json, int opset) {
+nb::list unsupported_ops(nb::bytes program_json, int opset,
+                         const CustomFunctions& custom_functions) {
   std::string_view json(static_cast<const char*>(program_json.data()), program_json.size());
+  pt2onnx::Options o;
+  o.opset = opset;
+  set_custom(o, custom_functions);
   std::vector<pt2onnx::UnsupportedOp> ops;
   {
     nb::gil_scoped_release release;
-    ops = pt2onnx::unsupported_ops(json, opset);
+    ops = pt2onnx::unsupported_ops(json, o);
   }
   return ops_list(ops);
 }
@@ -114,8 +130,10 @@ NB_MODULE(_core, m) {
   m.def("convert", &convert, nb::arg("program_json"), nb::arg("weights"), nb::arg("output_path"),
         nb::arg("opset"), nb::arg("optimize"), nb::arg("external_data"), nb::arg("input_names"),
         nb::arg("output_names"), nb::arg("input_dim_names"), nb::arg("output_dim_names"),
-        nb::arg("fallback") = "");
-  m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"));
+        nb::arg("fallback") = "", nb::arg("custom_functions") = CustomFunctions{},
+        nb::arg("custom_opsets") = std::map<std::string, int64_t>{});
+  m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"),
+        nb::arg("custom_functions") = CustomFunctions{});
   m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));
   m.def("pretty_file", &pretty_file, nb::arg("path"));
   m.def("pretty_bytes", &pretty_bytes, nb::arg("model"), nb::arg("source"));
