@@ -20,6 +20,20 @@ enum class ExternalData { Auto, Always, Never };
 // "auto" / "always" / "never"; nullopt for anything else.
 std::optional<ExternalData> external_data_from_string(std::string_view s);
 
+// torch.onnx's TrainingMode. The core converts a program already captured in
+// one mode: every mode converts dropout and batch norm in the form their
+// captured flags say (dropout's `train`, batch norm's `training`); pt2onnx's
+// Python export() chooses the mode at capture (model.eval() / model.train()).
+// Training also writes each buffer the program updates in place (batch norm's
+// running_mean / running_var / num_batches_tracked in torch.export's training
+// IR) as an output "<buffer>_updated" after the user outputs, and needs
+// opset 14 for batch norm in training form (BatchNormalization
+// training_mode). Eval and Preserve convert as captured. In every mode the
+// mutations the program's signature names (run_decompositions()) are outputs.
+enum class TrainingMode { Eval, Training, Preserve };
+// "eval" / "training" / "preserve"; nullopt for anything else.
+std::optional<TrainingMode> training_mode_from_string(std::string_view s);
+
 struct Options {
   int opset = 18;
   bool optimize = true;
@@ -39,6 +53,8 @@ struct Options {
   // attributes) and list them in Result::fallback_ops. Opt-in, never silent.
   enum class Fallback { None, CustomDomain };
   Fallback fallback = Fallback::None;
+  // See TrainingMode. Preserve: the program as captured.
+  TrainingMode training = TrainingMode::Preserve;
   // Called from the converting thread as stages advance (fraction in 0..1).
   std::function<void(std::string_view stage, double fraction)> progress;
 };

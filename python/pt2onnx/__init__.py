@@ -10,6 +10,7 @@ Capture uses torch.export; everything after capture runs in C++.
 from ._core import MAX_OPSET, MIN_OPSET, ConversionError, __version__, supported_targets
 from ._capture_rules import capture_rules
 from ._export import DEFAULT_OPSET, ExportResult, export, unconvertible_ops
+from ._training import TrainingMode
 from ._verify import VerificationError
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "unconvertible_ops",
     "capture_rules",
     "ExportResult",
+    "TrainingMode",
     "ConversionError",
     "VerificationError",
     "supported_targets",

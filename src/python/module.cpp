@@ -37,8 +37,11 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
                  const std::vector<std::string>& output_names,
                  const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
                  const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names,
-                 const std::string& fallback) {
+                 const std::string& fallback, const std::string& training) {
   pt2onnx::Options o;
+  auto train = pt2onnx::training_mode_from_string(training);
+  if (!train) throw pt2onnx::Error("training must be 'eval', 'training' or 'preserve'");
+  o.training = *train;
   if (fallback == "custom_domain")
     o.fallback = pt2onnx::Options::Fallback::CustomDomain;
   else if (!fallback.empty())
@@ -102,7 +105,7 @@ NB_MODULE(_core, m) {
   m.def("convert", &convert, nb::arg("program_json"), nb::arg("weights"), nb::arg("output_path"),
         nb::arg("opset"), nb::arg("optimize"), nb::arg("external_data"), nb::arg("input_names"),
         nb::arg("output_names"), nb::arg("input_dim_names"), nb::arg("output_dim_names"),
-        nb::arg("fallback") = "");
+        nb::arg("fallback") = "", nb::arg("training") = "preserve");
   m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"));
   m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));
   m.def("ir_version_for_opset", &pt2onnx::ir_version_for_opset);
