@@ -26,10 +26,10 @@ std::optional<ExternalData> external_data_from_string(std::string_view s);
 // Python export() chooses the mode at capture (model.eval() / model.train()).
 // Training also writes each buffer the program updates in place (batch norm's
 // running_mean / running_var / num_batches_tracked in torch.export's training
-// IR) as an output "<buffer>_updated" after the user outputs, and needs
-// opset 14 for batch norm in training form (BatchNormalization
-// training_mode). Eval and Preserve convert as captured. In every mode the
-// mutations the program's signature names (run_decompositions()) are outputs.
+// IR) as an output "<buffer>_updated" after the user outputs and the
+// signature's mutations. Eval and Preserve convert as captured. In every mode
+// the mutations the program's signature names (run_decompositions()) are
+// outputs.
 enum class TrainingMode { Eval, Training, Preserve };
 // "eval" / "training" / "preserve"; nullopt for anything else.
 std::optional<TrainingMode> training_mode_from_string(std::string_view s);

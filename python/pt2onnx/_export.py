@@ -651,8 +651,7 @@ def export(
     model's (and each submodule's) mode is restored afterwards. Ops follow
     the mode they were captured in: dropout in train mode is ONNX Dropout
     with training_mode true (random at run time), batch norm in train mode
-    is BatchNormalization with training_mode=1 (opset 14 or later)
-    normalizing with the batch statistics. In training mode (TRAINING, or
+    normalizes with the batch statistics. In training mode (TRAINING, or
     PRESERVE of a model in train mode) the buffers the forward updates are
     extra outputs after the model's own, named "<buffer>_updated" in the
     order of the model's buffers: batch norm's running_mean and running_var

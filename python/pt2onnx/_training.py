@@ -2,7 +2,7 @@
 TrainingMode), set around capture and restored after it. The converters only
 learn whether the export is in training mode (TRAINING, or PRESERVE of a model
 in train mode): then the buffers the program updates (batch norm's running
-statistics) become outputs and batch norm needs opset 14."""
+statistics) become outputs."""
 
 from __future__ import annotations
 
