@@ -34,6 +34,19 @@ struct CustomFunction {
   std::string target;
   std::string function_proto;  // a serialized onnx FunctionProto
 };
+// torch.onnx's TrainingMode. The core converts a program already captured in
+// one mode: every mode converts dropout and batch norm in the form their
+// captured flags say (dropout's `train`, batch norm's `training`); pt2onnx's
+// Python export() chooses the mode at capture (model.eval() / model.train()).
+// Training also writes each buffer the program updates in place (batch norm's
+// running_mean / running_var / num_batches_tracked in torch.export's training
+// IR) as an output "<buffer>_updated" after the user outputs and the
+// signature's mutations. Eval and Preserve convert as captured. In every mode
+// the mutations the program's signature names (run_decompositions()) are
+// outputs.
+enum class TrainingMode { Eval, Training, Preserve };
+// "eval" / "training" / "preserve"; nullopt for anything else.
+std::optional<TrainingMode> training_mode_from_string(std::string_view s);
 
 struct Options {
   int opset = 18;
@@ -67,6 +80,8 @@ struct Options {
   // Versions of custom domains the converters' nodes use (torch.onnx's
   // custom_opsets); a domain named nowhere gets version 1.
   std::map<std::string, int64_t> custom_opsets;
+  // See TrainingMode. Preserve: the program as captured.
+  TrainingMode training = TrainingMode::Preserve;
   // Called from the converting thread as stages advance (fraction in 0..1).
   std::function<void(std::string_view stage, double fraction)> progress;
 };

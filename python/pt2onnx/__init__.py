@@ -12,6 +12,7 @@ from ._capture_rules import capture_rules
 from ._custom import save_custom_converters
 from ._export import DEFAULT_OPSET, ExportResult, export, unconvertible_ops
 from ._pretty import pretty
+from ._training import TrainingMode
 from ._verify import VerificationError
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "save_custom_converters",
     "capture_rules",
     "ExportResult",
+    "TrainingMode",
     "ConversionError",
     "VerificationError",
     "supported_targets",

@@ -17,8 +17,9 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from . import _core, _custom, _report, _verify
+from . import _core, _custom, _report, _training, _verify
 from ._capture_rules import capture_rules
+from ._training import TrainingMode
 
 DEFAULT_OPSET = 18
 
@@ -622,6 +623,7 @@ def export(
     fallback: str | None = None,
     custom_translation_table: Mapping[Any, Any] | None = None,
     custom_opsets: Mapping[str, int] | None = None,
+    training: TrainingMode = TrainingMode.EVAL,
     verify: bool = False,
     verify_tolerance: tuple[float, float] = (1e-4, 1e-4),
     report: str | os.PathLike | None = None,
@@ -651,6 +653,18 @@ def export(
     markdown report of the export (stages and times, inputs and outputs,
     the op histogram, ops without a converter, the verification), also when
     it fails.
+    `training` (torch.onnx's TrainingMode): EVAL (default) captures the model
+    in eval mode, TRAINING in train mode, PRESERVE in the mode it is in; the
+    model's (and each submodule's) mode is restored afterwards. Ops follow
+    the mode they were captured in: dropout in train mode is ONNX Dropout
+    with training_mode true (random at run time), batch norm in train mode
+    normalizes with the batch statistics. In training mode (TRAINING, or
+    PRESERVE of a model in train mode) the buffers the forward updates are
+    extra outputs after the model's own, named "<buffer>_updated" in the
+    order of the model's buffers: batch norm's running_mean and running_var
+    (torch's update: momentum, unbiased batch variance) and
+    num_batches_tracked. torch.onnx (dynamo=False) computes the running
+    statistics too but leaves them out of the graph.
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
     fails; the previous file at `f`, if any, is then left as it was.
     """
@@ -664,6 +678,11 @@ def export(
         raise ValueError(f"fallback must be None or 'custom_domain', not {fallback!r}")
     custom_opsets = _custom.check_custom_opsets(custom_opsets)
     custom_functions = _custom.record_table(custom_translation_table, opset, custom_opsets)
+    training = _training.check(training)
+    core_training = _training.core_mode(model, training)
+    if verify and core_training == "training":
+        raise ValueError("verify=True compares with PyTorch in eval mode; a training-mode export "
+                         "(dropout draws, batch statistics, extra outputs) cannot be verified so")
     if not isinstance(args, tuple):
         args = (args,) if not isinstance(args, list) else tuple(args)
     in_dim_names: dict[str, dict[int, str]] = {}
@@ -686,9 +705,10 @@ def export(
         raise TypeError(f"model must be an nn.Module or ExportedProgram, not {type(model)}")
     with _CAPTURE_LOCK:
         if not isinstance(model, torch.export.ExportedProgram):
-            ep, in_dim_names, out_dim_names = _capture(
-                model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
-                strict)
+            with _training.module_mode(model, training):
+                ep, in_dim_names, out_dim_names = _capture(
+                    model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
+                    strict)
         t1 = time.perf_counter()
         program_json = _serialize(ep)
         if _state is not None:
@@ -725,6 +745,7 @@ def export(
             fallback or "",
             custom_functions,
             custom_opsets,
+            core_training,
         )
         model_bytes = None
         if tmpdir is not None:
@@ -764,8 +785,9 @@ def export(
                              "in onnxruntime")
         t4 = time.perf_counter()
         atol, rtol = verify_tolerance
-        result.checks["verify"] = _verify.verify(
-            path if f is not None else model_bytes, model, args, kwargs, atol, rtol)
+        with _training.module_mode(model, training):
+            result.checks["verify"] = _verify.verify(
+                path if f is not None else model_bytes, model, args, kwargs, atol, rtol)
         result.timings["verify"] = time.perf_counter() - t4
     return result
 

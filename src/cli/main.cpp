@@ -44,6 +44,10 @@ void usage(FILE* out) {
       "  --output-names Y [Z ...]   rename graph outputs in order\n"
       "  --dim-name INPUT:AXIS=NAME name a dynamic dim (dim_param), e.g. x:0=batch;\n"
       "                             repeatable. torch.export.save does not keep Dim names.\n"
+      "  --training MODE            preserve (default), eval, training. A .pt2 is\n"
+      "                             captured in one mode and converts as captured;\n"
+      "                             training also writes the buffers it updates\n"
+      "                             (batch norm statistics) as <buffer>_updated outputs\n"
       "  -q, --quiet                print nothing but errors\n"
       "  -v, --verbose              print stage timings\n"
       "\n"
@@ -171,6 +175,10 @@ int run_convert(const std::vector<std::string>& args) {
       o.fallback = pt2onnx::Options::Fallback::CustomDomain;
     } else if (a == "--functions") {
       o.custom_function_files.push_back(value());
+    } else if (a == "--training") {
+      auto mode = pt2onnx::training_mode_from_string(value());
+      if (!mode) throw UsageError{"--training must be eval, training or preserve"};
+      o.training = *mode;
     } else if (a == "--input-names") {
       values(o.input_names);
     } else if (a == "--output-names") {

@@ -350,6 +350,7 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
 
   // ---- inputs: weights become initializers, user inputs graph inputs
   size_t user_index = 0;
+  std::map<size_t, std::string> buffer_values;  // input spec index -> the buffer's initializer
   for (size_t spec_index = 0; spec_index < prog.input_specs.size(); ++spec_index) {
     const InputSpec& spec = prog.input_specs[spec_index];
     switch (spec.kind) {
@@ -383,6 +384,8 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
           }
         }
         env.values[spec.arg_name] = b.initializer(spec.target, std::move(d));
+        if (spec.kind == InputSpec::Kind::Buffer)
+          buffer_values[spec_index] = env.values[spec.arg_name];
         break;
       }
       case InputSpec::Kind::UserInput: {
@@ -445,8 +448,7 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
   // User outputs in order, then the buffers and user inputs the program
   // mutates (run_decompositions() names them in the signature), as
   // "<buffer or input>_updated" outputs: ONNX graphs have no state.
-  auto emit = [&](size_t spec_index, bool user) {
-    const OutputSpec& spec = prog.output_specs[spec_index];
+  auto emit = [&](const OutputSpec& spec, size_t spec_index, bool user) {
     const auto& a = spec.arg;
     if (user && a.kind == ArgKind::None) return;  // a None in the returned structure
     std::string value;
@@ -533,11 +535,31 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
     if (user) ++out_index;
   };
   for (size_t i = 0; i < prog.output_specs.size(); ++i)
-    if (prog.output_specs[i].kind == OutputSpec::Kind::UserOutput) emit(i, true);
+    if (prog.output_specs[i].kind == OutputSpec::Kind::UserOutput)
+      emit(prog.output_specs[i], i, true);
+  std::set<std::string> mutated;  // buffers the signature names as mutated
   for (size_t i = 0; i < prog.output_specs.size(); ++i)
     if (prog.output_specs[i].kind == OutputSpec::Kind::BufferMutation ||
-        prog.output_specs[i].kind == OutputSpec::Kind::UserInputMutation)
-      emit(i, false);
+        prog.output_specs[i].kind == OutputSpec::Kind::UserInputMutation) {
+      emit(prog.output_specs[i], i, false);
+      mutated.insert(prog.output_specs[i].target);
+    }
+  // TrainingMode::Training: the buffers updated in place (torch.export's
+  // training IR leaves batch norm's running statistics and
+  // num_batches_tracked as in-place updates, not signature mutations) are
+  // outputs too, in the order of the program's inputs.
+  if (opt.training == TrainingMode::Training)
+    for (auto& [spec_index, initial] : buffer_values) {
+      const InputSpec& in = prog.input_specs[spec_index];
+      if (mutated.count(in.target) || env.values.at(in.arg_name) == initial) continue;
+      OutputSpec spec;
+      spec.kind = OutputSpec::Kind::BufferMutation;
+      spec.target = in.target;
+      spec.arg.kind = ArgKind::Tensor;
+      spec.arg.variant = "as_tensor";
+      spec.arg.name = in.arg_name;
+      emit(spec, spec_index, false);
+    }
   if (out_index < opt.output_names.size())
     throw Error("output_names has " + std::to_string(opt.output_names.size()) +
                 " names but the model has " + std::to_string(out_index) + " outputs");

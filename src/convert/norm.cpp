@@ -70,8 +70,22 @@ std::string affine(Ctx& c, std::string y, const std::optional<std::string>& w,
 // ---- batch norm
 
 // `update_at`: index of the new running mean / var outputs of the functional
-// forms (-1: none).
-void emit_batch_norm(Ctx& c, bool training, bool stats_args, int update_at = -1) {
+// forms (-1: none). `inplace`: the op updates its running_mean / running_var
+// arguments in place (torch.export's training IR: batch_norm,
+// native_batch_norm, _native_batch_norm_legit, _batch_norm_with_update), so
+// later reads of them, and the "<buffer>_updated" outputs of
+// TrainingMode::Training, see the new values.
+//
+// Batch statistics are decomposed (ReduceMean ...) rather than written as
+// BatchNormalization with training_mode = 1 (opset 14), as torch.onnx
+// (dynamo=False) does: onnxruntime (1.32, CPU) writes that op's running_mean /
+// running_var outputs in place over its running_mean / running_var
+// initializers when the outputs are not graph outputs, so the model's state
+// drifts from run to run and any other reader of the statistics sees the
+// overwritten values; and ONNX updates the running variance with the biased
+// batch variance where torch uses the unbiased one.
+void emit_batch_norm(Ctx& c, bool training, bool stats_args, int update_at = -1,
+                     bool inplace = false) {
   std::string x = c.tensor("input");
   DType t = c.dtype(x);
   std::optional<std::string> mean, var;
@@ -116,14 +130,9 @@ void emit_batch_norm(Ctx& c, bool training, bool stats_args, int update_at = -1)
     c.set_output(1, c.cast(c.reshape(n.mean, flat), c.out_dtype(1)));
     c.set_output(2, c.cast(c.reshape(n.invstd, flat), c.out_dtype(2)));
   }
-  for (size_t i = 3; i < c.n_outputs(); ++i) {
-    if (update_at < 0 || static_cast<int>(i) < update_at) {
-      c.set_output(i, empty(c, c.out_dtype(i)));
-      continue;
-    }
-    // Running statistics: (1 - momentum) * running + momentum * batch (the
-    // variance unbiased).
-    bool is_var = static_cast<int>(i) == update_at + 1;
+  // Running statistics: (1 - momentum) * running + momentum * batch (the
+  // variance unbiased).
+  auto updated = [&](bool is_var) {
     std::string running = c.cast(c.tensor(is_var ? "running_var" : "running_mean"), ct);
     std::string stat = c.reshape(n.mean, flat);
     if (is_var) {
@@ -134,15 +143,25 @@ void emit_batch_norm(Ctx& c, bool training, bool stats_args, int update_at = -1)
       stat = c.b.op("Div", {ss, c.b.op("Sub", {count, c.b.scalar(ct, 1.0)})});
     }
     double m = c.f("momentum", 0.1);
-    std::string upd = c.b.op("Add", {c.b.op("Mul", {running, c.b.scalar(ct, 1.0 - m)}),
-                                     c.b.op("Mul", {stat, c.b.scalar(ct, m)})});
-    c.set_output(i, c.cast(upd, c.out_dtype(i)));
+    return c.b.op("Add", {c.b.op("Mul", {running, c.b.scalar(ct, 1.0 - m)}),
+                          c.b.op("Mul", {stat, c.b.scalar(ct, m)})});
+  };
+  for (size_t i = 3; i < c.n_outputs(); ++i) {
+    if (update_at < 0 || static_cast<int>(i) < update_at) {
+      c.set_output(i, empty(c, c.out_dtype(i)));
+      continue;
+    }
+    c.set_output(i, c.cast(updated(static_cast<int>(i) == update_at + 1), c.out_dtype(i)));
+  }
+  if (inplace && mean && var) {
+    c.env.values[c.arg("running_mean")->name] = c.cast(updated(false), c.dtype(*mean));
+    c.env.values[c.arg("running_var")->name] = c.cast(updated(true), c.dtype(*var));
   }
 }
 
-void batch_norm(Ctx& c) { emit_batch_norm(c, c.flag("training", false), true); }
+void batch_norm(Ctx& c) { emit_batch_norm(c, c.flag("training", false), true, -1, true); }
 void batch_norm_no_training(Ctx& c) { emit_batch_norm(c, false, true); }
-void batch_norm_training(Ctx& c) { emit_batch_norm(c, true, true); }
+void batch_norm_training(Ctx& c) { emit_batch_norm(c, true, true, -1, true); }
 void batch_norm_no_stats(Ctx& c) { emit_batch_norm(c, true, false); }
 void batch_norm_functional(Ctx& c) { emit_batch_norm(c, c.flag("training", false), true, 3); }
 void batch_norm_with_update_functional(Ctx& c) { emit_batch_norm(c, true, true, 4); }

@@ -1,6 +1,7 @@
 // Random numbers: rand / randn / randint (and their _like forms), normal,
 // uniform, bernoulli, exponential, cauchy, geometric, log_normal, random_,
-// multinomial, and dropout in training mode. Every sample is drawn at run time
+// multinomial, and dropout in training mode (ONNX Dropout for the plain
+// forms). Every other sample is drawn at run time
 // from ONNX's RandomUniformLike / RandomNormalLike (unseeded: each run draws
 // anew, as torch does without a fixed seed) over a template tensor of the
 // result's shape, in float32 (float64 for float64 results), then transformed
@@ -249,11 +250,23 @@ std::string feature_template(Ctx& c, const std::string& x) {
 
 bool training(Ctx& c, double p) { return c.flag("train", false) && p != 0.0; }
 
+// Dropout in training mode as ONNX Dropout with its training_mode input true
+// (ratio and training_mode inputs: the opset-12 form): the output and the
+// keep mask. p = 1 (all dropped, which Dropout's [0, 1) ratio excludes) stays
+// a Where over a mask that keeps nothing.
+std::vector<std::string> onnx_dropout(Ctx& c, const std::string& x, double p) {
+  ValueType mask_t = c.b.type(x);
+  mask_t.dtype = DType::Bool;
+  return c.b.add_node("Dropout", {x, c.b.scalar(DType::Float, p), c.b.scalar(DType::Bool, 1)}, 2,
+                      {}, {c.b.type(x), mask_t});
+}
+
 void dropout_impl(Ctx& c, bool feature, bool alpha) {
   std::string x = c.tensor(c.arg("input") ? "input" : "self");  // self: the in-place forms
   double p = c.f("p", 0.5);
   if (!training(c, p)) return c.set_output(0, x);
   DType t = c.out_dtype();
+  if (!feature && !alpha && p < 1.0) return c.set_output(0, onnx_dropout(c, x, p)[0]);
   std::string like = feature ? feature_template(c, x) : x;
   std::string keep = keep_mask(c, like, p);
   if (!alpha) {
@@ -294,9 +307,14 @@ void native_dropout(Ctx& c) {
     }
     return;
   }
+  if (p < 1.0) {
+    auto outs = onnx_dropout(c, x, p);
+    c.set_output(0, outs[0]);
+    if (c.n_outputs() > 1) c.set_output(1, outs[1]);
+    return;
+  }
   std::string keep = keep_mask(c, x, p);
-  std::string kept = p < 1.0 ? c.b.op("Mul", {x, c.b.scalar(t, 1.0 / (1.0 - p))}) : x;
-  c.set_output(0, c.b.op("Where", {keep, kept, c.b.scalar(t, 0)}));
+  c.set_output(0, c.b.op("Where", {keep, x, c.b.scalar(t, 0)}));
   if (c.n_outputs() > 1) c.set_output(1, keep);
 }
 

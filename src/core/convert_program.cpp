@@ -22,6 +22,13 @@ std::optional<ExternalData> external_data_from_string(std::string_view s) {
   return std::nullopt;
 }
 
+std::optional<TrainingMode> training_mode_from_string(std::string_view s) {
+  if (s == "eval") return TrainingMode::Eval;
+  if (s == "training") return TrainingMode::Training;
+  if (s == "preserve") return TrainingMode::Preserve;
+  return std::nullopt;
+}
+
 int ir_version_for_opset(int opset) {
   // Lowest IR version released together with each opset (onnx VERSION_TABLE).
   if (opset <= 14) return 7;

@@ -48,10 +48,13 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
                  const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
                  const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names,
                  const std::string& fallback, const CustomFunctions& custom_functions,
-                 const std::map<std::string, int64_t>& custom_opsets) {
+                 const std::map<std::string, int64_t>& custom_opsets, const std::string& training) {
   pt2onnx::Options o;
   set_custom(o, custom_functions);
   o.custom_opsets = custom_opsets;
+  auto train = pt2onnx::training_mode_from_string(training);
+  if (!train) throw pt2onnx::Error("training must be 'eval', 'training' or 'preserve'");
+  o.training = *train;
   if (fallback == "custom_domain")
     o.fallback = pt2onnx::Options::Fallback::CustomDomain;
   else if (!fallback.empty())
@@ -131,7 +134,8 @@ NB_MODULE(_core, m) {
         nb::arg("opset"), nb::arg("optimize"), nb::arg("external_data"), nb::arg("input_names"),
         nb::arg("output_names"), nb::arg("input_dim_names"), nb::arg("output_dim_names"),
         nb::arg("fallback") = "", nb::arg("custom_functions") = CustomFunctions{},
-        nb::arg("custom_opsets") = std::map<std::string, int64_t>{});
+        nb::arg("custom_opsets") = std::map<std::string, int64_t>{},
+        nb::arg("training") = "preserve");
   m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"),
         nb::arg("custom_functions") = CustomFunctions{});
   m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));

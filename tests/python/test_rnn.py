@@ -221,7 +221,12 @@ def test_training_mode_dropout_fails(tmp_onnx):
     torch.manual_seed(0)
     model = Wrap(torch.nn.LSTM(INPUT, HIDDEN, 2, dropout=0.5)).train()
     with pytest.raises(pt2onnx.ConversionError, match=r"dropout.*training mode.*eval\(\)"):
-        pt2onnx.export(model, (torch.randn(5, 3, INPUT),), tmp_onnx)
+        pt2onnx.export(model, (torch.randn(5, 3, INPUT),), tmp_onnx,
+                       training=pt2onnx.TrainingMode.TRAINING)
+    # EVAL, the default, captures it in eval mode: no dropout
+    pt2onnx.export(model, (torch.randn(5, 3, INPUT),), tmp_onnx)
+    assert model.training
+    assert_matches(model.eval(), tmp_onnx, {"x": torch.randn(5, 3, INPUT)})
 
 
 def test_training_mode_without_dropout(tmp_onnx):
@@ -230,7 +235,7 @@ def test_training_mode_without_dropout(tmp_onnx):
     rnn = torch.nn.GRU(INPUT, HIDDEN, 2)
     model = Wrap(rnn).train()
     pt2onnx.export(model, (torch.randn(5, 3, INPUT),), tmp_onnx,
-                   dynamic_shapes={"x": {0: Dim("seq"), 1: Dim("batch")}})
+                   training=pt2onnx.TrainingMode.TRAINING, dynamic_shapes={"x": {0: Dim("seq"), 1: Dim("batch")}})
     for seq, batch in OTHER_SIZES:
         assert_matches(model, tmp_onnx, {"x": torch.randn(seq, batch, INPUT)})
 
