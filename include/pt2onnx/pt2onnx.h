@@ -39,6 +39,17 @@ struct Options {
   // attributes) and list them in Result::fallback_ops. Opt-in, never silent.
   enum class Fallback { None, CustomDomain };
   Fallback fallback = Fallback::None;
+  // Modules as model-local functions (torch.onnx's export_modules_as_functions):
+  // each call of a selected module becomes a call of an ONNX function, one
+  // function per module class and body (calls of equal bodies share it),
+  // weights passed as its inputs. Selected: every submodule call
+  // (all_modules_as_functions) or those whose class is listed by its
+  // qualified name ("pkg.mod.Block", as torch.typename gives it; a bare
+  // "Block" matches any module's Block). inline_functions then writes every
+  // function call as its body again (no functions in the model).
+  bool all_modules_as_functions = false;
+  std::vector<std::string> modules_as_functions;
+  bool inline_functions = false;
   // Called from the converting thread as stages advance (fraction in 0..1).
   std::function<void(std::string_view stage, double fraction)> progress;
 };

@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
@@ -605,6 +605,23 @@ def _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names, 
     return value
 
 
+def _module_function_classes(arg: Any) -> tuple[bool, list[str]]:
+    """export_modules_as_functions as (every submodule?, qualified class
+    names as torch.export's nn_module_stack spells them)."""
+    if isinstance(arg, bool):
+        return arg, []
+    if isinstance(arg, (str, bytes, type)) or not isinstance(arg, Collection):
+        raise TypeError("export_modules_as_functions must be True, False or a set of nn.Module "
+                        f"classes, not {arg!r}")
+    names = []
+    for c in arg:
+        if not (isinstance(c, type) and issubclass(c, torch.nn.Module)):
+            raise TypeError("export_modules_as_functions must hold nn.Module classes; got "
+                            f"{c!r} ({type(c).__name__})")
+        names.append(torch.typename(c))
+    return False, sorted(set(names))
+
+
 def export(
     model: torch.nn.Module | torch.export.ExportedProgram,
     args: Any = (),
@@ -623,6 +640,8 @@ def export(
     verify: bool = False,
     verify_tolerance: tuple[float, float] = (1e-4, 1e-4),
     report: str | os.PathLike | None = None,
+    export_modules_as_functions: bool | Collection[type[torch.nn.Module]] = False,
+    inline: bool = False,
     _state: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
@@ -643,7 +662,11 @@ def export(
     an ExportResult with per-stage timings. `report="export.md"` writes a
     markdown report of the export (stages and times, inputs and outputs,
     the op histogram, ops without a converter, the verification), also when
-    it fails.
+    it fails. `export_modules_as_functions` (torch.onnx's option): True, or a
+    set of nn.Module classes, writes the calls of every submodule (of those
+    classes) as calls of ONNX model-local functions, one per class and body
+    (domain: the class's Python module), weights passed as inputs;
+    `inline=True` writes every function call as its body again.
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
     fails; the previous file at `f`, if any, is then left as it was.
     """
@@ -655,6 +678,9 @@ def export(
                              external_data, optimize, strict)
     if fallback not in (None, "custom_domain"):
         raise ValueError(f"fallback must be None or 'custom_domain', not {fallback!r}")
+    all_functions, function_classes = _module_function_classes(export_modules_as_functions)
+    if not isinstance(inline, bool):
+        raise TypeError(f"inline must be True or False, not {inline!r}")
     if not isinstance(args, tuple):
         args = (args,) if not isinstance(args, list) else tuple(args)
     in_dim_names: dict[str, dict[int, str]] = {}
@@ -713,6 +739,9 @@ def export(
             in_dim_names,
             out_dim_names,
             fallback or "",
+            all_modules_as_functions=all_functions,
+            modules_as_functions=function_classes,
+            inline_functions=inline,
         )
         model_bytes = None
         if tmpdir is not None:

@@ -38,6 +38,10 @@ void usage(FILE* out) {
       "  --output-names Y [Z ...]   rename graph outputs in order\n"
       "  --dim-name INPUT:AXIS=NAME name a dynamic dim (dim_param), e.g. x:0=batch;\n"
       "                             repeatable. torch.export.save does not keep Dim names.\n"
+      "  --modules-as-functions all|CLASS[,CLASS...]\n"
+      "                             write calls of every submodule (of these classes:\n"
+      "                             pkg.mod.Block or Block) as ONNX local functions\n"
+      "  --inline                   write every function call as its body again\n"
       "  -q, --quiet                print nothing but errors\n"
       "  -v, --verbose              print stage timings\n"
       "\n"
@@ -162,6 +166,17 @@ int run_convert(const std::vector<std::string>& args) {
         throw UsageError{"--dim-name wants INPUT:AXIS=NAME, got '" + spec + "'"};
       int axis = parse_int(spec.substr(colon + 1, eq - colon - 1), "--dim-name axis");
       o.input_dim_names[spec.substr(0, colon)][axis] = spec.substr(eq + 1);
+    } else if (a == "--modules-as-functions") {
+      const std::string& v = value();
+      if (v == "all") {
+        o.all_modules_as_functions = true;
+      } else {
+        split_into(v, o.modules_as_functions);
+        if (o.modules_as_functions.empty())
+          throw UsageError{"--modules-as-functions takes all or class names"};
+      }
+    } else if (a == "--inline") {
+      o.inline_functions = true;
     } else if (a == "-q" || a == "--quiet") {
       quiet = true;
     } else if (a == "-v" || a == "--verbose") {

@@ -112,7 +112,22 @@ Result convert_program_from(std::string_view program_json, const std::string& so
   if (options.fallback == Options::Fallback::CustomDomain)
     r.fallback_ops = find_unsupported(prog, options.opset);
   auto t2 = clock::now();
-  if (options.optimize) stage("optimizing", [&] { return run_default_passes(g); });
+  if (options.all_modules_as_functions || !options.modules_as_functions.empty()) {
+    // Module calls become functions before CSE, which would merge equal
+    // nodes of different calls (see extract_module_functions.cpp).
+    if (options.optimize) stage("optimizing", [&] { return run_passes_before_functions(g); });
+    stage("making module functions", [&] {
+      return extract_module_functions(
+          g, ModuleSelection{options.all_modules_as_functions, options.modules_as_functions},
+          options.opset);
+    });
+    if (options.optimize)
+      stage("optimizing",
+            [&] { return run_default_passes(g).size() + optimize_function_bodies(g); });
+  } else if (options.optimize) {
+    stage("optimizing", [&] { return run_default_passes(g); });
+  }
+  if (options.inline_functions) stage("inlining functions", [&] { return inline_functions(g); });
   auto t3 = clock::now();
   // Model-local functions need IR version 8 (opsets 13 and 14 otherwise get 7).
   if (!g.functions.empty() && r.ir_version < 8) r.ir_version = 8;

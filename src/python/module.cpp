@@ -37,8 +37,12 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
                  const std::vector<std::string>& output_names,
                  const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
                  const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names,
-                 const std::string& fallback) {
+                 const std::string& fallback, bool all_modules_as_functions,
+                 const std::vector<std::string>& modules_as_functions, bool inline_functions) {
   pt2onnx::Options o;
+  o.all_modules_as_functions = all_modules_as_functions;
+  o.modules_as_functions = modules_as_functions;
+  o.inline_functions = inline_functions;
   if (fallback == "custom_domain")
     o.fallback = pt2onnx::Options::Fallback::CustomDomain;
   else if (!fallback.empty())
@@ -102,7 +106,9 @@ NB_MODULE(_core, m) {
   m.def("convert", &convert, nb::arg("program_json"), nb::arg("weights"), nb::arg("output_path"),
         nb::arg("opset"), nb::arg("optimize"), nb::arg("external_data"), nb::arg("input_names"),
         nb::arg("output_names"), nb::arg("input_dim_names"), nb::arg("output_dim_names"),
-        nb::arg("fallback") = "");
+        nb::arg("fallback") = "", nb::arg("all_modules_as_functions") = false,
+        nb::arg("modules_as_functions") = std::vector<std::string>{},
+        nb::arg("inline_functions") = false);
   m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"));
   m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));
   m.def("ir_version_for_opset", &pt2onnx::ir_version_for_opset);
