@@ -127,7 +127,14 @@ Result convert_program_from(std::string_view program_json, const std::string& so
   } else if (options.optimize) {
     stage("optimizing", [&] { return run_default_passes(g); });
   }
-  if (options.inline_functions) stage("inlining functions", [&] { return inline_functions(g); });
+  // Inlined bodies get the default passes again (CSE across former calls),
+  // so the graph is the one a plain export writes.
+  if (options.inline_functions && !g.functions.empty())
+    stage("inlining functions", [&] {
+      size_t n = inline_functions(g);
+      if (options.optimize) run_default_passes(g);
+      return n;
+    });
   auto t3 = clock::now();
   // Model-local functions need IR version 8 (opsets 13 and 14 otherwise get 7).
   if (!g.functions.empty() && r.ir_version < 8) r.ir_version = 8;

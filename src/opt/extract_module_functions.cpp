@@ -26,6 +26,7 @@
 #include <cctype>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -225,17 +226,45 @@ class Extractor {
     size_t calls = 0;
     reads_ = count_reads();
     for (; depth >= 1; --depth) {
-      // The calls at this depth, in order of first node.
-      std::vector<std::string> keys;
-      std::unordered_map<std::string, const StackEntry*> entry;
-      for (auto& n : g_.nodes) {
-        const Stack& s = stack_of(n);
-        if (s.size() > depth && selected(s[depth]) && entry.emplace(s[depth].key, &s[depth]).second)
-          keys.push_back(s[depth].key);
+      // The calls at this depth with their nodes, in order of first node.
+      std::vector<std::pair<StackEntry, std::vector<size_t>>> groups;
+      std::unordered_map<std::string, size_t> index;
+      for (size_t i = 0; i < g_.nodes.size(); ++i) {
+        const Stack& s = stack_of(g_.nodes[i]);
+        if (s.size() <= depth || !selected(s[depth])) continue;
+        auto [it, added] = index.emplace(s[depth].key, groups.size());
+        if (added) groups.push_back({s[depth], {}});
+        groups[it->second].second.push_back(i);
       }
-      for (auto& key : keys) {
-        StackEntry e = *entry.at(key);
-        if (extract(depth, e)) ++calls;
+      // Calls whose node ranges do not overlap are replaced in one sweep;
+      // the others (rare: CSE or mutation write-backs interleave them) one
+      // at a time.
+      std::vector<char> overlaps(groups.size(), 0);
+      std::vector<size_t> open;
+      for (size_t k = 0; k < groups.size(); ++k) {
+        size_t first = groups[k].second.front();
+        std::erase_if(open, [&](size_t j) { return groups[j].second.back() < first; });
+        for (size_t j : open) overlaps[j] = overlaps[k] = 1;
+        open.push_back(k);
+      }
+      std::vector<Plan> plans;
+      for (size_t k = 0; k < groups.size(); ++k)
+        if (!overlaps[k])
+          if (auto p = plan(depth, groups[k].first, groups[k].second))
+            plans.push_back(std::move(*p));
+      calls += plans.size();
+      apply(plans);
+      for (size_t k = 0; k < groups.size(); ++k) {
+        if (!overlaps[k]) continue;
+        std::vector<size_t> members;
+        for (size_t i = 0; i < g_.nodes.size(); ++i) {
+          const Stack& s = stack_of(g_.nodes[i]);
+          if (s.size() > depth && s[depth].key == groups[k].first.key) members.push_back(i);
+        }
+        std::vector<Plan> one;
+        if (auto p = plan(depth, groups[k].first, members)) one.push_back(std::move(*p));
+        calls += one.size();
+        apply(one);
       }
     }
     drop_embedded_initializers();
@@ -283,14 +312,19 @@ class Extractor {
     return t.owned != nullptr && t.nbytes() <= kMaxEmbeddedBytes;
   }
 
-  bool extract(size_t depth, const StackEntry& e) {
+  // One call replaced: its node range, which of those nodes are its own and
+  // which outside ones move after the call node.
+  struct Plan {
+    size_t first = 0, last = 0;
+    std::vector<char> is_member, moved;
+    Node call;
+  };
+
+  // The function and call node of one module call (nodes `members`, in
+  // order); nullopt when it stays inline.
+  std::optional<Plan> plan(size_t depth, const StackEntry& e, const std::vector<size_t>& members) {
     std::vector<Node>& nodes = g_.nodes;
-    std::vector<size_t> members;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      const Stack& s = stack_of(nodes[i]);
-      if (s.size() > depth && s[depth].key == e.key) members.push_back(i);
-    }
-    if (members.empty()) return false;
+    if (members.empty()) return std::nullopt;
     const size_t first = members.front(), last = members.back();
     std::vector<char> is_member(last - first + 1, 0);
     for (size_t m : members) is_member[m - first] = 1;
@@ -305,7 +339,7 @@ class Extractor {
       auto reads = reads_of(n);
       if (is_member[i - first]) {
         for (auto& r : reads)
-          if (tainted.count(r)) return false;
+          if (tainted.count(r)) return std::nullopt;
         for (auto& o : n.outputs)
           if (!o.empty()) produced.insert(o);
       } else {
@@ -332,7 +366,7 @@ class Extractor {
     for (size_t m : members)
       for (auto& o : nodes[m].outputs)
         if (!o.empty() && reads_[o] > member_reads[o]) outputs.push_back(o);
-    if (outputs.empty()) return false;  // nothing of it is used
+    if (outputs.empty()) return std::nullopt;  // nothing of it is used
     // Read counts once the call stands for its nodes.
     for (auto& [v, k] : member_reads) reads_[v] -= k;
     for (auto& i : inputs) ++reads_[i];
@@ -405,17 +439,27 @@ class Extractor {
     if (!parent.empty()) call.module_stack = std::make_shared<const std::string>(parent);
     for (auto& c : constants) embedded_.insert(c);
 
+    return Plan{first, last, std::move(is_member), std::move(moved), std::move(call)};
+  }
+
+  // Replaces the calls of `plans` (in order, node ranges disjoint) in one sweep.
+  void apply(std::vector<Plan>& plans) {
+    if (plans.empty()) return;
+    std::vector<Node>& nodes = g_.nodes;
     std::vector<Node> out;
-    out.reserve(nodes.size() - members.size() + 1);
-    for (size_t i = 0; i < first; ++i) out.push_back(std::move(nodes[i]));
-    for (size_t i = first; i <= last; ++i)
-      if (!is_member[i - first] && !moved[i - first]) out.push_back(std::move(nodes[i]));
-    out.push_back(std::move(call));
-    for (size_t i = first; i <= last; ++i)
-      if (moved[i - first]) out.push_back(std::move(nodes[i]));
-    for (size_t i = last + 1; i < nodes.size(); ++i) out.push_back(std::move(nodes[i]));
+    out.reserve(nodes.size());
+    size_t i = 0;
+    for (Plan& p : plans) {
+      for (; i < p.first; ++i) out.push_back(std::move(nodes[i]));
+      for (i = p.first; i <= p.last; ++i)
+        if (!p.is_member[i - p.first] && !p.moved[i - p.first]) out.push_back(std::move(nodes[i]));
+      out.push_back(std::move(p.call));
+      for (i = p.first; i <= p.last; ++i)
+        if (p.moved[i - p.first]) out.push_back(std::move(nodes[i]));
+      i = p.last + 1;
+    }
+    for (; i < nodes.size(); ++i) out.push_back(std::move(nodes[i]));
     nodes = std::move(out);
-    return true;
   }
 
   // Constants now inside bodies that nothing in the main graph reads.

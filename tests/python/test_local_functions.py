@@ -205,13 +205,17 @@ def test_transformers_decoder_layers(tmp_path):
             return self.m(input_ids=input_ids, use_cache=False).logits
 
     model = Logits(llama).eval()
-    path = str(tmp_path / "llama.onnx")
     batch = torch.export.Dim("batch", min=1, max=64)
-    pt2onnx.export(model, (torch.randint(0, 128, (3, 8)),), path,
-                   dynamic_shapes={"input_ids": {0: batch}},
-                   export_modules_as_functions={LlamaDecoderLayer})
-    m = _check_runs(model, path, make=lambda b: torch.randint(0, 128, (b, 8)))
+    ep = torch.export.export(model, (torch.randint(0, 128, (3, 8)),),
+                             dynamic_shapes={"input_ids": {0: batch}})
+    ids = lambda b: torch.randint(0, 128, (b, 8))  # noqa: E731
+    path, plain, inl = (str(tmp_path / n) for n in ("llama.onnx", "plain.onnx", "inl.onnx"))
+    pt2onnx.export(ep, (), path, export_modules_as_functions={LlamaDecoderLayer})
+    m = _check_runs(model, path, make=ids)
     dom = LlamaDecoderLayer.__module__
+    # One function for the three layers: every layer unsqueezes the rotary
+    # cos / sin alike, which CSE (run after the calls became functions) must
+    # not merge across layers.
     assert [(f.domain, f.name) for f in m.functions] == [(dom, "LlamaDecoderLayer")]
     calls = _calls(m)
     assert [c.name for c in calls] == [f"m.model.layers.{i}" for i in range(3)]
@@ -223,6 +227,22 @@ def test_transformers_decoder_layers(tmp_path):
     body = _histogram(m.functions[0].node)
     assert body[("", "Softmax")] == 1
     assert ("", "Softmax") not in _histogram(m.graph.node)
+    # Inlined (then CSE'd across the former calls): the plain export's graph.
+    pt2onnx.export(ep, (), plain)
+    pt2onnx.export(ep, (), inl, export_modules_as_functions=True, inline=True)
+    mi = _check_runs(model, inl, make=ids)
+    assert not mi.functions
+    assert _histogram(mi.graph.node) == _histogram(onnx.load(plain).graph.node)
+    # Every module: nested functions down to Linear; the graph is one call
+    # (and the Shape of the dynamic batch torch.export takes outside modules).
+    pt2onnx.export(ep, (), path, export_modules_as_functions=True)
+    ma = _check_runs(model, path, make=ids)
+    assert [(n.domain, n.op_type) for n in _calls(ma)] == [
+        ("transformers.models.llama.modeling_llama", "LlamaForCausalLM")]
+    assert len(ma.graph.node) <= 2
+    names = {f.name for f in ma.functions}
+    assert {"LlamaModel", "LlamaDecoderLayer", "LlamaAttention", "LlamaMLP", "LlamaRMSNorm",
+            "Linear"} <= names
 
 
 def test_class_never_called_gives_no_functions(tmp_path):
