@@ -294,3 +294,47 @@ def test_cli(tmp_path):
     r = subprocess.run([cli, pt2, "-o", out, "--modules-as-functions"], capture_output=True,
                        text=True)
     assert r.returncode == 2 and "needs a value" in r.stderr
+
+
+class CondBlock(torch.nn.Module):
+    """A block whose body holds an If (torch.cond): its branches read the
+    block's input and weight from the enclosing scope."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return torch.cond(y.sum() > 0, lambda a: torch.relu(a) + x, lambda a: a * 2.0 - x, (y,))
+
+
+def test_control_flow_inside_a_function(tmp_path):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = CondBlock(), CondBlock()
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    torch.manual_seed(0)
+    model = M().eval()
+
+    def make(b):  # block a takes its then branch at batch 2, its else branch at 5
+        z = torch.randn(b, 5, 8)
+        want = 1.0 if b == 2 else -1.0
+        with torch.no_grad():
+            z = z * 100 * want * torch.sign((z @ model.a.lin.weight.T).sum())
+            assert (model.a.lin(z).sum() > 0) == (want > 0)
+        return z
+
+    path, inl = str(tmp_path / "m.onnx"), str(tmp_path / "inl.onnx")
+    _export(model, path, export_modules_as_functions={CondBlock})
+    m = _check_runs(model, path, make=make)
+    assert [f.name for f in m.functions] == ["CondBlock"]
+    assert [n.op_type for n in m.functions[0].node].count("If") == 1
+    assert [c.op_type for c in _calls(m)] == ["CondBlock"] * 2
+    _export(model, inl, export_modules_as_functions={CondBlock}, inline=True)
+    mi = _check_runs(model, inl, make=make)
+    assert not mi.functions and [n.op_type for n in mi.graph.node].count("If") == 2
