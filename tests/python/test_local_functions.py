@@ -154,7 +154,8 @@ def test_inline_gives_the_plain_export(tmp_path):
         assert {o.domain for o in m.opset_import} == {o.domain for o in p.opset_import}
 
 
-def test_one_instance_called_twice_and_attribute_difference(tmp_path):
+@pytest.mark.parametrize("strict", [False, True])
+def test_one_instance_called_twice_and_attribute_difference(tmp_path, strict):
     class Scale(torch.nn.Module):
         def __init__(self, k):
             super().__init__()
@@ -177,7 +178,7 @@ def test_one_instance_called_twice_and_attribute_difference(tmp_path):
     torch.manual_seed(0)
     model = M().eval()
     path = str(tmp_path / "m.onnx")
-    _export(model, path, export_modules_as_functions={Scale})
+    _export(model, path, export_modules_as_functions={Scale}, strict=strict)
     m = _check_runs(model, path)
     # Scale(2.0) and Scale(3.0) differ in a constant of the body: two functions.
     assert sorted(f.name for f in m.functions) == ["Scale", "Scale_1"]
