@@ -92,6 +92,7 @@ struct Result {
   int ir_version = 0;
   size_t nodes = 0;
   size_t initializers = 0;
+  size_t functions = 0;  // model-local functions (modules as functions)
   uint64_t weight_bytes = 0;
   std::vector<std::pair<std::string, double>> timings;  // stage -> seconds
   std::vector<UnsupportedOp> fallback_ops;              // written as pkg.torch.ops nodes (Fallback)

@@ -760,6 +760,10 @@ def export(
             f"{op['target']} ({op['count']} node{'s' if op['count'] > 1 else ''}, first at "
             f"{op['where']})" for op in r["fallback_ops"])
             + ": written as pkg.torch.ops nodes, which a runtime must implement", stacklevel=2)
+    if (all_functions or function_classes) and not inline and not r["functions"]:
+        warnings.warn("export_modules_as_functions: no call of "
+                      + (", ".join(function_classes) or "a submodule")
+                      + " in the model; no functions written", stacklevel=2)
     if _state is not None:
         _state["core"] = r
     result = ExportResult(

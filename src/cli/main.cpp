@@ -227,6 +227,9 @@ int run_convert(const std::vector<std::string>& args) {
     for (auto& d : r.data_paths) std::printf(", data in %s", d.c_str());
     std::printf(") in %.3f s\n", total);
   }
+  if ((o.all_modules_as_functions || !o.modules_as_functions.empty()) && !o.inline_functions &&
+      r.functions == 0)
+    std::fprintf(stderr, "pt2onnx: warning: --modules-as-functions matched no module call\n");
   for (auto& op : r.fallback_ops)
     std::fprintf(stderr,
                  "pt2onnx: warning: %s (%d node%s, first at %s) has no converter: written "

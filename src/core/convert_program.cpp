@@ -153,6 +153,7 @@ Result convert_program_from(std::string_view program_json, const std::string& so
   r.weight_bytes = w.weight_bytes;
   r.nodes = g.nodes.size();
   r.initializers = g.initializers.size();
+  r.functions = g.functions.size();
   summarize(g, r);
   r.timings = {{"read", secs(t0, t1)},
                {"convert", secs(t1, t2)},

@@ -74,6 +74,7 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
   d["ir_version"] = r.ir_version;
   d["nodes"] = r.nodes;
   d["initializers"] = r.initializers;
+  d["functions"] = r.functions;
   d["weight_bytes"] = r.weight_bytes;
   d["timings"] = r.timings;
   d["fallback_ops"] = ops_list(r.fallback_ops);

@@ -250,7 +250,8 @@ def test_class_never_called_gives_no_functions(tmp_path):
     model = _net()
     plain, path = str(tmp_path / "plain.onnx"), str(tmp_path / "m.onnx")
     _export(model, plain)
-    _export(model, path, export_modules_as_functions={torch.nn.Conv2d})
+    with pytest.warns(UserWarning, match="no call of torch.nn.modules.conv.Conv2d in the model"):
+        _export(model, path, export_modules_as_functions={torch.nn.Conv2d})
     m = _check_runs(model, path)
     assert len(m.functions) == 0 and not _calls(m)
     assert _histogram(m.graph.node) == _histogram(onnx.load(plain).graph.node)
@@ -292,6 +293,9 @@ def test_cli(tmp_path):
     assert r.returncode == 0, r.stderr
     m = _check_runs(model, out)
     assert len(m.functions) == 0
+    r = subprocess.run([cli, pt2, "-o", out, "--modules-as-functions", "Conv2d"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "matched no module call" in r.stderr
     r = subprocess.run([cli, pt2, "-o", out, "--modules-as-functions"], capture_output=True,
                        text=True)
     assert r.returncode == 2 and "needs a value" in r.stderr
