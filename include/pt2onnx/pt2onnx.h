@@ -82,6 +82,17 @@ struct Options {
   std::map<std::string, int64_t> custom_opsets;
   // See TrainingMode. Preserve: the program as captured.
   TrainingMode training = TrainingMode::Preserve;
+  // Modules as model-local functions (torch.onnx's export_modules_as_functions):
+  // each call of a selected module becomes a call of an ONNX function, one
+  // function per module class and body (calls of equal bodies share it),
+  // weights passed as its inputs. Selected: every submodule call
+  // (all_modules_as_functions) or those whose class is listed by its
+  // qualified name ("pkg.mod.Block", as torch.typename gives it; a bare
+  // "Block" matches any module's Block). inline_functions then writes every
+  // function call as its body again (no functions in the model).
+  bool all_modules_as_functions = false;
+  std::vector<std::string> modules_as_functions;
+  bool inline_functions = false;
   // Called from the converting thread as stages advance (fraction in 0..1).
   std::function<void(std::string_view stage, double fraction)> progress;
 };
@@ -124,6 +135,7 @@ struct Result {
   int ir_version = 0;
   size_t nodes = 0;
   size_t initializers = 0;
+  size_t functions = 0;  // model-local functions (modules as functions)
   uint64_t weight_bytes = 0;
   std::vector<std::pair<std::string, double>> timings;  // stage -> seconds
   std::vector<UnsupportedOp> fallback_ops;              // written as pkg.torch.ops nodes (Fallback)

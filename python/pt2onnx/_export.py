@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
@@ -606,6 +606,23 @@ def _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names, 
     return value
 
 
+def _module_function_classes(arg: Any) -> tuple[bool, list[str]]:
+    """export_modules_as_functions as (every submodule?, qualified class
+    names as torch.export's nn_module_stack spells them)."""
+    if isinstance(arg, bool):
+        return arg, []
+    if isinstance(arg, (str, bytes, type)) or not isinstance(arg, Collection):
+        raise TypeError("export_modules_as_functions must be True, False or a set of nn.Module "
+                        f"classes, not {arg!r}")
+    names = []
+    for c in arg:
+        if not (isinstance(c, type) and issubclass(c, torch.nn.Module)):
+            raise TypeError("export_modules_as_functions must hold nn.Module classes; got "
+                            f"{c!r} ({type(c).__name__})")
+        names.append(torch.typename(c))
+    return False, sorted(set(names))
+
+
 def export(
     model: torch.nn.Module | torch.export.ExportedProgram,
     args: Any = (),
@@ -627,6 +644,8 @@ def export(
     verify: bool = False,
     verify_tolerance: tuple[float, float] = (1e-4, 1e-4),
     report: str | os.PathLike | None = None,
+    export_modules_as_functions: bool | Collection[type[torch.nn.Module]] = False,
+    inline: bool = False,
     _state: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
@@ -665,6 +684,11 @@ def export(
     (torch's update: momentum, unbiased batch variance) and
     num_batches_tracked. torch.onnx (dynamo=False) computes the running
     statistics too but leaves them out of the graph.
+    it fails. `export_modules_as_functions` (torch.onnx's option): True, or a
+    set of nn.Module classes, writes the calls of every submodule (of those
+    classes) as calls of ONNX model-local functions, one per class and body
+    (domain: the class's Python module), weights passed as inputs;
+    `inline=True` writes every function call as its body again.
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
     fails; the previous file at `f`, if any, is then left as it was.
     """
@@ -683,6 +707,9 @@ def export(
     if verify and core_training == "training":
         raise ValueError("verify=True compares with PyTorch in eval mode; a training-mode export "
                          "(dropout draws, batch statistics, extra outputs) cannot be verified so")
+    all_functions, function_classes = _module_function_classes(export_modules_as_functions)
+    if not isinstance(inline, bool):
+        raise TypeError(f"inline must be True or False, not {inline!r}")
     if not isinstance(args, tuple):
         args = (args,) if not isinstance(args, list) else tuple(args)
     in_dim_names: dict[str, dict[int, str]] = {}
@@ -746,6 +773,9 @@ def export(
             custom_functions,
             custom_opsets,
             core_training,
+            all_modules_as_functions=all_functions,
+            modules_as_functions=function_classes,
+            inline_functions=inline,
         )
         model_bytes = None
         if tmpdir is not None:
@@ -764,6 +794,10 @@ def export(
             f"{op['target']} ({op['count']} node{'s' if op['count'] > 1 else ''}, first at "
             f"{op['where']})" for op in r["fallback_ops"])
             + ": written as pkg.torch.ops nodes, which a runtime must implement", stacklevel=2)
+    if (all_functions or function_classes) and not inline and not r["functions"]:
+        warnings.warn("export_modules_as_functions: no call of "
+                      + (", ".join(function_classes) or "a submodule")
+                      + " in the model; no functions written", stacklevel=2)
     if _state is not None:
         _state["core"] = r
     result = ExportResult(

@@ -48,6 +48,10 @@ void usage(FILE* out) {
       "                             captured in one mode and converts as captured;\n"
       "                             training also writes the buffers it updates\n"
       "                             (batch norm statistics) as <buffer>_updated outputs\n"
+      "  --modules-as-functions all|CLASS[,CLASS...]\n"
+      "                             write calls of every submodule (of these classes:\n"
+      "                             pkg.mod.Block or Block) as ONNX local functions\n"
+      "  --inline                   write every function call as its body again\n"
       "  -q, --quiet                print nothing but errors\n"
       "  -v, --verbose              print stage timings\n"
       "\n"
@@ -191,6 +195,17 @@ int run_convert(const std::vector<std::string>& args) {
         throw UsageError{"--dim-name wants INPUT:AXIS=NAME, got '" + spec + "'"};
       int axis = parse_int(spec.substr(colon + 1, eq - colon - 1), "--dim-name axis");
       o.input_dim_names[spec.substr(0, colon)][axis] = spec.substr(eq + 1);
+    } else if (a == "--modules-as-functions") {
+      const std::string& v = value();
+      if (v == "all") {
+        o.all_modules_as_functions = true;
+      } else {
+        split_into(v, o.modules_as_functions);
+        if (o.modules_as_functions.empty())
+          throw UsageError{"--modules-as-functions takes all or class names"};
+      }
+    } else if (a == "--inline") {
+      o.inline_functions = true;
     } else if (a == "-q" || a == "--quiet") {
       quiet = true;
     } else if (a == "-v" || a == "--verbose") {
@@ -241,6 +256,9 @@ int run_convert(const std::vector<std::string>& args) {
     for (auto& d : r.data_paths) std::printf(", data in %s", d.c_str());
     std::printf(") in %.3f s\n", total);
   }
+  if ((o.all_modules_as_functions || !o.modules_as_functions.empty()) && !o.inline_functions &&
+      r.functions == 0)
+    std::fprintf(stderr, "pt2onnx: warning: --modules-as-functions matched no module call\n");
   for (auto& op : r.fallback_ops)
     std::fprintf(stderr,
                  "pt2onnx: warning: %s (%d node%s, first at %s) has no converter: written "

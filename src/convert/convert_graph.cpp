@@ -129,7 +129,7 @@ void convert_nodes(GraphBuilder& b, const schema::Program& prog, Env& env) {
   AliasTracker aliases(b, prog, env);
   for (auto& n : prog.graph.nodes) {
     if (is_ignored_target(n.target)) continue;
-    b.set_origin(n.name, n.target, n.module_path());
+    b.set_origin(n.name, n.target, n.module_path(), n.nn_module_stack);
     Ctx ctx(b, prog, n, env);
     try {
       if (env.custom && env.custom->convert(ctx)) {
@@ -229,7 +229,8 @@ std::vector<std::string> convert_nested(Ctx& outer, const schema::Graph& g,
   // names; FX names stay reserved for the values of the outermost graph.
   env.nested = true;
   convert_nodes(outer.b, sub, env);
-  outer.b.set_origin(outer.node.name, outer.node.target, outer.node.module_path());
+  outer.b.set_origin(outer.node.name, outer.node.target, outer.node.module_path(),
+                     outer.node.nn_module_stack);
   std::vector<std::string> out;
   for (auto& o : sub.graph.outputs) {
     std::string fx = o.kind == ArgKind::SymInt && !o.symints.empty() ? o.symints[0].name : o.name;

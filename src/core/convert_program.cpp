@@ -131,7 +131,29 @@ Result convert_program_from(std::string_view program_json, const std::string& so
     r.fallback_ops = find_unsupported(prog, options.opset, &custom);
   }
   auto t2 = clock::now();
-  if (options.optimize) stage("optimizing", [&] { return run_default_passes(g); });
+  if (options.all_modules_as_functions || !options.modules_as_functions.empty()) {
+    // Module calls become functions before CSE, which would merge equal
+    // nodes of different calls (see extract_module_functions.cpp).
+    if (options.optimize) stage("optimizing", [&] { return run_passes_before_functions(g); });
+    stage("making module functions", [&] {
+      return extract_module_functions(
+          g, ModuleSelection{options.all_modules_as_functions, options.modules_as_functions},
+          options.opset);
+    });
+    if (options.optimize)
+      stage("optimizing",
+            [&] { return run_default_passes(g).size() + optimize_function_bodies(g); });
+  } else if (options.optimize) {
+    stage("optimizing", [&] { return run_default_passes(g); });
+  }
+  // Inlined bodies get the default passes again (CSE across former calls),
+  // so the graph is the one a plain export writes.
+  if (options.inline_functions && !g.functions.empty())
+    stage("inlining functions", [&] {
+      size_t n = inline_functions(g);
+      if (options.optimize) run_default_passes(g);
+      return n;
+    });
   auto t3 = clock::now();
   // Model-local functions need IR version 8 (opsets 13 and 14 otherwise get 7).
   if (!g.functions.empty() && r.ir_version < 8) r.ir_version = 8;
@@ -150,6 +172,7 @@ Result convert_program_from(std::string_view program_json, const std::string& so
   r.weight_bytes = w.weight_bytes;
   r.nodes = g.nodes.size();
   r.initializers = g.initializers.size();
+  r.functions = g.functions.size();
   summarize(g, r);
   r.timings = {{"read", secs(t0, t1)},
                {"convert", secs(t1, t2)},

@@ -20,10 +20,16 @@ std::string GraphBuilder::fresh_name(const std::string& base) {
   return n;
 }
 
-void GraphBuilder::set_origin(std::string fx_node, std::string fx_target, std::string module_path) {
+void GraphBuilder::set_origin(std::string fx_node, std::string fx_target, std::string module_path,
+                              const std::string& module_stack) {
   fx_node_ = std::move(fx_node);
   fx_target_ = std::move(fx_target);
   module_path_ = std::move(module_path);
+  // One shared string per distinct stack (consecutive FX nodes repeat it).
+  if (module_stack.empty())
+    module_stack_.reset();
+  else if (!module_stack_ || *module_stack_ != module_stack)
+    module_stack_ = std::make_shared<const std::string>(module_stack);
 }
 
 std::string GraphBuilder::node_name(const std::string& op) {
@@ -48,6 +54,7 @@ std::vector<std::string> GraphBuilder::add_node(const std::string& op,
   n.module_path = module_path_;
   n.fx_node = fx_node_;
   n.fx_target = fx_target_;
+  n.module_stack = module_stack_;
   std::string base = fx_node_.empty() ? "v" : fx_node_;
   for (size_t i = 0; i < n_outputs; ++i) n.outputs.push_back(fresh_name(base));
   if (out_types.empty()) out_types = infer_types(*this, n);

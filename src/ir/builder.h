@@ -3,6 +3,7 @@
 // deduplicates small constants, and stamps each node with where it came from.
 #pragma once
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -25,8 +26,10 @@ class GraphBuilder {
   void claim_name(const std::string& n) { used_.insert(n); }
   bool is_used(const std::string& n) const { return used_.count(n) > 0; }
 
-  // Origin stamped on nodes created from now on.
-  void set_origin(std::string fx_node, std::string fx_target, std::string module_path);
+  // Origin stamped on nodes created from now on (module_stack: the FX
+  // node's nn_module_stack).
+  void set_origin(std::string fx_node, std::string fx_target, std::string module_path,
+                  const std::string& module_stack = {});
 
   // Adds a node. Output types are taken from `out_types` when given, else
   // inferred from the op and its inputs (see infer.cpp).
@@ -99,6 +102,7 @@ class GraphBuilder {
   std::map<std::string, std::string> const_cache_;  // content key -> name
   std::unordered_map<std::string, int> name_counter_;
   std::string fx_node_, fx_target_, module_path_;
+  std::shared_ptr<const std::string> module_stack_;
   int node_seq_ = 0;
 };
 

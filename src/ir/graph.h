@@ -124,6 +124,10 @@ struct Node {
   std::string module_path;
   std::string fx_node;
   std::string fx_target;
+  // The torch module calls around it, outermost first: nn_module_stack as
+  // the schema writes it ("key,path,type;..."; a repeated call's key ends in
+  // "@N"). Shared by the nodes of one FX node; null when there is none.
+  std::shared_ptr<const std::string> module_stack;
 
   const Attr* attr(std::string_view n) const;
   bool has_subgraphs() const;

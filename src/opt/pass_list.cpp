@@ -1,3 +1,5 @@
+#include <unordered_set>
+
 #include "opt/passes.h"
 
 namespace pt2onnx {
@@ -42,6 +44,69 @@ std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g) {
     if (!changed) break;
   }
   return log;
+}
+
+std::vector<std::pair<std::string, size_t>> run_passes_before_functions(Graph& g) {
+  using Pass = size_t (*)(Graph&);
+  static const std::pair<const char*, Pass> kPasses[] = {
+      {"fold_constants", fold_constants},
+      {"remove_identity", remove_identity},
+      {"remove_unused", remove_unused},
+  };
+  std::vector<std::pair<std::string, size_t>> log;
+  for (auto& [name, fn] : kPasses) log.emplace_back(name, run_nested_first(g, fn));
+  return log;
+}
+
+size_t optimize_function_bodies(Graph& g) {
+  size_t changed = 0;
+  for (Function& f : g.functions) {
+    // The body as a graph: formal inputs / outputs with the types of the
+    // values they stood for, Constant nodes as initializers (what folding
+    // reads).
+    Graph body;
+    body.name = f.name;
+    auto typed = [&](const std::string& v) {
+      const ValueType* t = g.type_of(v);
+      return GraphIO{v, t ? *t : ValueType{}};
+    };
+    for (auto& i : f.inputs) body.inputs.push_back(typed(i));
+    for (auto& o : f.outputs) body.outputs.push_back(typed(o));
+    for (auto& n : f.nodes) {
+      const Attr* v = n.attr("value");
+      if (n.op_type == "Constant" && n.domain.empty() && n.attrs.size() == 1 && v &&
+          v->kind == Attr::Kind::Tensor && v->t && n.outputs.size() == 1) {
+        body.initializers.push_back(Initializer{n.outputs[0], *v->t});
+        continue;
+      }
+      for (auto& o : n.outputs)
+        if (const ValueType* t = g.type_of(o)) body.types[o] = *t;
+      body.nodes.push_back(std::move(n));
+    }
+    for (auto& i : body.inputs) body.types[i.name] = i.type;
+    for (auto& [name, n] : run_default_passes(body)) changed += n;
+    // Back to a body: constants it still reads as Constant nodes, first.
+    std::unordered_set<std::string> read;
+    for (auto& n : body.nodes)
+      for (auto& i : n.inputs) read.insert(i);
+    for (auto& n : body.nodes)
+      for (const Graph* s : subgraphs(n))
+        for (auto& v : outer_reads(*s)) read.insert(v);
+    for (auto& o : body.outputs) read.insert(o.name);
+    std::vector<Node> nodes;
+    for (auto& init : body.initializers) {
+      if (!read.count(init.name)) continue;
+      Node k;
+      k.op_type = "Constant";
+      k.name = init.name;
+      k.outputs = {init.name};
+      k.attrs.push_back(Attr::Tensor("value", init.data));
+      nodes.push_back(std::move(k));
+    }
+    for (auto& n : body.nodes) nodes.push_back(std::move(n));
+    f.nodes = std::move(nodes);
+  }
+  return changed;
 }
 
 }  // namespace pt2onnx

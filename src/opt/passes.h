@@ -17,6 +17,27 @@ size_t remove_identity(Graph& g);
 size_t eliminate_common_subexpressions(Graph& g);
 size_t remove_unused(Graph& g);
 
+// Module calls as model-local functions (extract_module_functions.cpp): the
+// calls of the selected modules (every submodule, or those whose class is
+// listed: "pkg.mod.Block", or a bare "Block") become function calls.
+// Returns the number of calls made.
+struct ModuleSelection {
+  bool all = false;
+  std::vector<std::string> classes;
+};
+size_t extract_module_functions(Graph& g, const ModuleSelection& selection, int opset);
+
+// With module functions (convert_program.cpp): folding, identity and
+// dead-code removal before the calls become functions (no CSE: it would
+// merge equal nodes of different calls), then the default passes on the main
+// graph and on each function body (formal inputs / outputs kept).
+std::vector<std::pair<std::string, size_t>> run_passes_before_functions(Graph& g);
+size_t optimize_function_bodies(Graph& g);
+
+// Every call of a model-local function replaced by its body; the functions
+// are dropped. Returns the number of calls inlined.
+size_t inline_functions(Graph& g);
+
 // Runs the default pipeline; returns (pass name, changes) for each run.
 std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g);
 

@@ -48,13 +48,18 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
                  const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
                  const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names,
                  const std::string& fallback, const CustomFunctions& custom_functions,
-                 const std::map<std::string, int64_t>& custom_opsets, const std::string& training) {
+                 const std::map<std::string, int64_t>& custom_opsets, const std::string& training,
+                 bool all_modules_as_functions,
+                 const std::vector<std::string>& modules_as_functions, bool inline_functions) {
   pt2onnx::Options o;
   set_custom(o, custom_functions);
   o.custom_opsets = custom_opsets;
   auto train = pt2onnx::training_mode_from_string(training);
   if (!train) throw pt2onnx::Error("training must be 'eval', 'training' or 'preserve'");
   o.training = *train;
+  o.all_modules_as_functions = all_modules_as_functions;
+  o.modules_as_functions = modules_as_functions;
+  o.inline_functions = inline_functions;
   if (fallback == "custom_domain")
     o.fallback = pt2onnx::Options::Fallback::CustomDomain;
   else if (!fallback.empty())
@@ -86,6 +91,7 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
   d["ir_version"] = r.ir_version;
   d["nodes"] = r.nodes;
   d["initializers"] = r.initializers;
+  d["functions"] = r.functions;
   d["weight_bytes"] = r.weight_bytes;
   d["timings"] = r.timings;
   d["fallback_ops"] = ops_list(r.fallback_ops);
@@ -135,7 +141,9 @@ NB_MODULE(_core, m) {
         nb::arg("output_names"), nb::arg("input_dim_names"), nb::arg("output_dim_names"),
         nb::arg("fallback") = "", nb::arg("custom_functions") = CustomFunctions{},
         nb::arg("custom_opsets") = std::map<std::string, int64_t>{},
-        nb::arg("training") = "preserve");
+        nb::arg("training") = "preserve", nb::arg("all_modules_as_functions") = false,
+        nb::arg("modules_as_functions") = std::vector<std::string>{},
+        nb::arg("inline_functions") = false);
   m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"),
         nb::arg("custom_functions") = CustomFunctions{});
   m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));
