@@ -7,7 +7,7 @@ APT_PACKAGES := libsimdjson-dev libgtest-dev clang-format time
 STAMP := build/.deps-stamp
 
 .PHONY: all deps deps-clang build python cpp demo test test-quick test-cpp test-python \
-        test-sanitize fuzz bench bench-quick bench-deps bench-pt2 zoo coverage format format-check \
+        test-sanitize fuzz bench bench-quick bench-deps bench-load bench-pt2 zoo coverage format format-check \
         clean
 
 all: build
@@ -116,6 +116,9 @@ zoo: python bench-deps
 	$(PYTHON) bench/zoo.py
 	$(PYTHON) bench/zoo.py --cold
 
+# onnxruntime session creation and peak RSS of our files beside torch.onnx's (bench/load.md).
+bench-load: python bench-deps
+	$(PYTHON) bench/load.py
 # .pt2 conversion against cp (~2 min; writes bench/results_pt2.md).
 bench-pt2: cpp
 	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) bench/pt2_convert.py

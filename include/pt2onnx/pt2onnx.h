@@ -51,8 +51,10 @@ std::optional<TrainingMode> training_mode_from_string(std::string_view s);
 struct Options {
   int opset = 18;
   bool optimize = true;
-  // Auto: external data when the initializers exceed `external_data_threshold`.
-  ExternalData external_data = ExternalData::Auto;
+  // Always (default, as torch.onnx.export): weights go to `<output>.data`.
+  // Never: one file. Auto: external data when the initializers exceed
+  // `external_data_threshold`.
+  ExternalData external_data = ExternalData::Always;
   uint64_t external_data_threshold = 1800ull << 20;  // stays clear of protobuf's 2 GiB
   uint64_t external_min_tensor_bytes = 1024;         // smaller tensors stay inline
   std::vector<std::string> input_names;              // overrides, positional

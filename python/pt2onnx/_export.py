@@ -634,7 +634,7 @@ def export(
     opset: int | None = None,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
-    external_data: bool | None = None,
+    external_data: bool | None = True,
     optimize: bool = True,
     strict: bool = False,
     fallback: str | None = None,
@@ -654,9 +654,10 @@ def export(
     (Dim objects, Dim.DYNAMIC / Dim.AUTO, or strings naming the dim) or
     `dynamic_axes` in torch.onnx's form ({"x": {0: "batch"}}); `input_names` /
     `output_names` rename graph inputs / outputs in order. `external_data`:
-    None = automatic (weights go to `<f>.data` above ~1.8 GB; `<f>.1.data`
-    while `<f>.data` belongs to the model being replaced), True = always,
-    False = never. `fallback="custom_domain"` writes ops no converter handles
+    True (default, as torch.onnx.export) = weights of 1 KiB and more go to
+    `<f>.data` beside `f` (`<f>.1.data` while `<f>.data` belongs to the model
+    being replaced), False = one file, None = automatic (external data above
+    ~1.8 GB). With f=None the model is one in-memory file (`model_bytes`). `fallback="custom_domain"` writes ops no converter handles
     as nodes of domain pkg.torch.ops (listed in the result's `fallback_ops`
     and in a warning) instead of failing. `custom_translation_table={op:
     fn}` converts `op` (an op overload, a torch.library.custom_op, or an aten
@@ -749,9 +750,7 @@ def export(
     else:
         ext = "always" if external_data else "never"
     tmpdir = None
-    if f is None:
-        if external_data:
-            raise ValueError("external_data needs a file path f")
+    if f is None:  # model_bytes: one file, whatever external_data says
         ext = "never"
         tmpdir = tempfile.TemporaryDirectory(prefix="pt2onnx-")
         path = os.path.join(tmpdir.name, "model.onnx")

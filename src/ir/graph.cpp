@@ -1,7 +1,11 @@
 #include "ir/graph.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <unordered_set>
+
+#include "pt2onnx/error.h"
 
 namespace pt2onnx {
 
@@ -64,27 +68,87 @@ bool TensorData::is_contiguous() const {
   return true;
 }
 
-std::vector<uint8_t> TensorData::contiguous_copy() const {
+namespace {
+
+template <size_t N>
+struct Elem {
+  unsigned char b[N];
+};
+
+// out[...] = src[strided ...] over dims/strides (elements), row-major out.
+// The last two dims go in tiles of kTile rows when the last one is not
+// unit-stride (a transposed weight): each source cache line then serves
+// kTile outputs, and the kTile output rows being filled stay in cache.
+template <typename E>
+void gather(const E* src, E* out, const int64_t* dims, const int64_t* strides, size_t rank) {
+  constexpr int64_t kTile = 16;
+  if (rank == 0) {
+    *out = *src;
+  } else if (rank == 1) {
+    for (int64_t j = 0; j < dims[0]; ++j) out[j] = src[j * strides[0]];
+  } else if (rank == 2) {
+    const int64_t rows = dims[0], cols = dims[1], s0 = strides[0], s1 = strides[1];
+    if (s1 == 1) {
+      for (int64_t i = 0; i < rows; ++i)
+        std::memcpy(out + i * cols, src + i * s0, cols * sizeof(E));
+      return;
+    }
+    for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
+      const int64_t i1 = std::min(rows, i0 + kTile);
+      for (int64_t j = 0; j < cols; ++j)
+        for (int64_t i = i0; i < i1; ++i) out[i * cols + j] = src[i * s0 + j * s1];
+    }
+  } else {
+    int64_t inner = 1;
+    for (size_t d = 1; d < rank; ++d) inner *= dims[d];
+    for (int64_t k = 0; k < dims[0]; ++k)
+      gather(src + k * strides[0], out + k * inner, dims + 1, strides + 1, rank - 1);
+  }
+}
+
+}  // namespace
+
+void TensorData::copy_rows(int64_t r0, int64_t r1, uint8_t* out) const {
   const size_t es = dtype_size(dtype);
+  if (dims.empty()) {
+    std::memcpy(out, bytes(), es);
+    return;
+  }
+  int64_t row = 1;
+  for (size_t d = 1; d < dims.size(); ++d) row *= dims[d];
+  if (is_contiguous()) {
+    std::memcpy(out, bytes() + static_cast<size_t>(r0 * row) * es,
+                static_cast<size_t>((r1 - r0) * row) * es);
+    return;
+  }
+  std::vector<int64_t> d = dims;
+  d[0] = r1 - r0;
+  const uint8_t* src = bytes() + static_cast<size_t>(r0 * strides[0]) * es;
+  auto run = [&](auto tag) {
+    using E = decltype(tag);
+    gather(reinterpret_cast<const E*>(src), reinterpret_cast<E*>(out), d.data(), strides.data(),
+           d.size());
+  };
+  switch (es) {
+    case 1:
+      return run(Elem<1>{});
+    case 2:
+      return run(Elem<2>{});
+    case 4:
+      return run(Elem<4>{});
+    case 8:
+      return run(Elem<8>{});
+    case 16:
+      return run(Elem<16>{});
+    default:
+      throw Error("internal: cannot copy elements of " + std::to_string(es) + " bytes");
+  }
+}
+
+std::vector<uint8_t> TensorData::contiguous_copy() const {
   std::vector<uint8_t> out(nbytes());
   if (out.empty()) return out;
-  if (is_contiguous()) {
-    std::memcpy(out.data(), bytes(), out.size());
-    return out;
-  }
-  const size_t rank = dims.size();
-  std::vector<int64_t> idx(rank, 0);
-  const uint8_t* src = bytes();
-  const int64_t n = numel();
-  for (int64_t k = 0; k < n; ++k) {
-    int64_t off = 0;
-    for (size_t d = 0; d < rank; ++d) off += idx[d] * strides[d];
-    std::memcpy(out.data() + static_cast<size_t>(k) * es, src + static_cast<size_t>(off) * es, es);
-    for (size_t d = rank; d-- > 0;) {
-      if (++idx[d] < dims[d]) break;
-      idx[d] = 0;
-    }
-  }
+  copy_rows(0, dims.empty() ? 1 : dims[0], out.data());
   return out;
 }
 

@@ -57,6 +57,10 @@ struct TensorData {
   const uint8_t* bytes() const { return owned ? owned->data() : data; }
   // Copies into a contiguous buffer (only needed for strided views).
   std::vector<uint8_t> contiguous_copy() const;
+  // Writes rows [r0, r1) of dim 0 (the whole tensor when rank 0) to `out`,
+  // contiguous: a strided view streamed out in pieces. Transposed layouts
+  // are copied in tiles, so both sides stay in cache.
+  void copy_rows(int64_t r0, int64_t r1, uint8_t* out) const;
   template <typename T>
   const T* as() const {
     return reinterpret_cast<const T*>(bytes());

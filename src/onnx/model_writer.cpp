@@ -22,6 +22,7 @@ namespace {
 
 using wire::Msg;
 
+constexpr uint64_t kStridedChunk = 4ull << 20;      // strided views go out in pieces this big
 constexpr uint64_t kAlign = 4096;                   // external data offsets: page aligned for mmap
 constexpr uint64_t kProtoLimit = (2ull << 30) - 1;  // protobuf's 2 GiB message limit
 
@@ -399,8 +400,18 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
       if (t.is_contiguous()) {
         out.put_big(t.bytes(), n);
       } else {
-        auto c = t.contiguous_copy();
-        out.put_big(c.data(), c.size());
+        // A strided view (a weight folded into its transposed layout): made
+        // contiguous a few MiB at a time, never a second copy of the tensor.
+        const int64_t rows = t.dims.empty() ? 1 : t.dims[0];
+        const uint64_t row_bytes = rows ? n / static_cast<uint64_t>(rows) : 0;
+        const int64_t step = static_cast<int64_t>(
+            std::max<uint64_t>(1, kStridedChunk / std::max<uint64_t>(row_bytes, 1)));
+        std::vector<uint8_t> buf(static_cast<size_t>(std::min<int64_t>(step, rows) * row_bytes));
+        for (int64_t r = 0; r < rows; r += step) {
+          const int64_t e = std::min(rows, r + step);
+          t.copy_rows(r, e, buf.data());
+          out.put_big(buf.data(), static_cast<size_t>((e - r) * static_cast<int64_t>(row_bytes)));
+        }
       }
       if (t.src_fd >= 0) release_mapped(t);
     }

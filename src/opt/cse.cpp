@@ -59,7 +59,7 @@ size_t eliminate_common_subexpressions(Graph& g) {
     std::vector<Initializer> kept;
     for (auto& init : g.initializers) {
       const TensorData& t = init.data;
-      if (t.owned && t.nbytes() <= 4096 && !outputs.count(init.name)) {
+      if (t.owned && t.is_contiguous() && t.nbytes() <= 4096 && !outputs.count(init.name)) {
         std::string key = std::to_string(static_cast<int>(t.dtype));
         key.append("|");
         for (auto d : t.dims) key.append(std::to_string(d)).append(",");

@@ -96,3 +96,98 @@ TEST(Passes, RemovesIdentityAndDeadCode) {
   EXPECT_EQ(graph.nodes[0].outputs[0], "y");
   EXPECT_TRUE(graph.initializers.empty());
 }
+
+namespace {
+TensorData iota_f32(std::vector<int64_t> dims) {
+  int64_t n = 1;
+  for (auto d : dims) n *= d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(k);
+  return TensorData::from_vector(DType::Float, std::move(dims), v);
+}
+
+const Initializer* find_init(const Graph& g, const std::string& name) {
+  for (auto& i : g.initializers)
+    if (i.name == name) return &i;
+  return nullptr;
+}
+}  // namespace
+
+// MatMul(x, Transpose(W)) becomes MatMul(x, W.T): a strided view of W's bytes
+// (nothing copied) whose contiguous form is the transpose.
+TEST(Passes, FoldsWeightTransposeIntoView) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::symbol("n"), Dim::of(3)}));
+  std::string w = b.initializer("fc.weight", iota_f32({37, 3}));  // [out, in]
+  std::string y = b.op("MatMul", {"x", b.op("Transpose", {w}, {Attr::Ints("perm", {1, 0})})});
+  b.add_output(y, b.type(y));
+  Graph graph = b.take();
+  run_default_passes(graph);
+  EXPECT_EQ(find_op(graph, "Transpose"), nullptr);
+  ASSERT_EQ(graph.nodes.size(), 1u);
+  EXPECT_EQ(graph.nodes[0].inputs[1], "fc.weight.T");
+  EXPECT_EQ(find_init(graph, "fc.weight"), nullptr);  // no reader left: not written
+  const Initializer* t = find_init(graph, "fc.weight.T");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->data.dims, (std::vector<int64_t>{3, 37}));
+  EXPECT_FALSE(t->data.is_contiguous());
+  auto c = t->data.contiguous_copy();
+  const float* f = reinterpret_cast<const float*>(c.data());
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t o = 0; o < 37; ++o) EXPECT_EQ(f[i * 37 + o], static_cast<float>(o * 3 + i));
+  EXPECT_EQ(graph.types.at("fc.weight.T").static_dims(), (std::vector<int64_t>{3, 37}));
+}
+
+// A weight read by something else too (a tied embedding) keeps its
+// Transpose: folding would write the weight twice.
+TEST(Passes, KeepsTransposeOfSharedWeight) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::of(2), Dim::of(3)}));
+  b.add_input("idx", ValueType{DType::Int64, Shape{Dim::of(2)}});
+  std::string w = b.initializer("emb.weight", iota_f32({5, 3}));
+  std::string e = b.op("Gather", {w, "idx"}, {Attr::Int("axis", 0)});
+  std::string y = b.op("MatMul", {"x", b.op("Transpose", {w}, {Attr::Ints("perm", {1, 0})})});
+  b.add_output(e, b.type(e));
+  b.add_output(y, b.type(y));
+  Graph graph = b.take();
+  run_default_passes(graph);
+  EXPECT_NE(find_op(graph, "Transpose"), nullptr);
+  EXPECT_NE(find_init(graph, "emb.weight"), nullptr);
+  EXPECT_EQ(graph.initializers.size(), 1u);
+}
+
+// Rank 3, a perm other than a swap, row ranges, 2- and 8-byte elements, and a
+// folded view that CSE must not take for its contiguous twin.
+TEST(Passes, StridedViewCopiesRows) {
+  std::vector<int64_t> dims{4, 5, 6};
+  for (DType dt : {DType::Float16, DType::Int64}) {
+    size_t es = dtype_size(dt);
+    std::vector<uint8_t> bytes(4 * 5 * 6 * es);
+    for (size_t k = 0; k < 120; ++k)  // element k holds k in its first byte
+      bytes[k * es] = static_cast<uint8_t>(k);
+    TensorData src = TensorData::from_bytes(dt, dims, bytes);
+    // perm (2, 0, 1): view dims [6, 4, 5], strides [1, 30, 6].
+    TensorData v = src;
+    v.dims = {6, 4, 5};
+    v.strides = {1, 30, 6};
+    std::vector<uint8_t> rows(2 * 4 * 5 * es);
+    v.copy_rows(3, 5, rows.data());
+    for (int64_t a = 3; a < 5; ++a)
+      for (int64_t i = 0; i < 4; ++i)
+        for (int64_t j = 0; j < 5; ++j)
+          EXPECT_EQ(rows[static_cast<size_t>(((a - 3) * 20 + i * 5 + j)) * es],
+                    static_cast<uint8_t>(i * 30 + j * 6 + a));
+  }
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::of(3), Dim::of(3)}));
+  std::string w = b.initializer("w", iota_f32({3, 3}));
+  std::string w2 = b.initializer("w2", iota_f32({3, 3}));
+  std::string y = b.op("Add", {b.op("MatMul", {"x", b.op("Transpose", {w})}), w2});
+  b.add_output(y, b.type(y));
+  Graph graph = b.take();
+  run_default_passes(graph);
+  EXPECT_EQ(find_op(graph, "Transpose"), nullptr);
+  ASSERT_EQ(graph.initializers.size(), 2u);  // w.T and w2: equal bytes, not equal tensors
+  auto c = find_init(graph, "w.T")->data.contiguous_copy();
+  EXPECT_EQ(reinterpret_cast<const float*>(c.data())[1], 3.0f);
+}

@@ -108,13 +108,12 @@ def assert_same_both_ways(model, args, onnx_path, *, dynamic_shapes=None, opset=
     via_py = os.path.join(os.path.dirname(onnx_path), "via_python")
     os.makedirs(work, exist_ok=True)
     os.makedirs(via_py, exist_ok=True)
-    ext = None
+    ext = {}  # both defaults (external data, as torch.onnx) unless the test names a mode
     if "--external-data" in extra_cli_args:
-        ext = {"always": True, "never": False, "auto": None}[
+        ext["external_data"] = {"always": True, "never": False, "auto": None}[
             extra_cli_args[list(extra_cli_args).index("--external-data") + 1]]
     py_out = os.path.join(via_py, os.path.basename(onnx_path))
-    pt2onnx.export(ep, None, py_out, opset=opset, external_data=ext,
-                   dynamic_axes=in_names or None)
+    pt2onnx.export(ep, None, py_out, opset=opset, dynamic_axes=in_names or None, **ext)
     pt2 = os.path.join(work, "model.pt2")
     torch.export.save(ep, pt2)
     out = os.path.join(work, os.path.basename(onnx_path))  # same name: same data `location`

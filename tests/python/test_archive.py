@@ -72,9 +72,11 @@ def test_every_layout_gives_the_python_bytes(tmp_path, make):
 def test_conversion_is_deterministic(tmp_path):
     pt2 = tmp_path / "m.pt2"
     torch.export.save(torch.export.export(GPT(layers=1).eval(), (torch.randint(0, 512, (1, 4)),)), pt2)
-    for k in range(2):
-        assert cli(pt2, "-o", tmp_path / f"{k}.onnx", "-q").returncode == 0
-    assert filecmp.cmp(tmp_path / "0.onnx", tmp_path / "1.onnx", shallow=False)
+    for k in range(2):  # same file name, so the same external data location
+        (tmp_path / str(k)).mkdir()
+        assert cli(pt2, "-o", tmp_path / str(k) / "m.onnx", "-q").returncode == 0
+    for f in ("m.onnx", "m.onnx.data"):
+        assert filecmp.cmp(tmp_path / "0" / f, tmp_path / "1" / f, shallow=False)
 
 
 def test_empty_storage_file_is_a_fake_tensor_of_zeros(tmp_path):

@@ -240,7 +240,7 @@ def test_stale_temporaries_cleaned_only_ours(tmp_path, models):
               "m.onnx.backup", "m.onnx.old.data", "notes.data", "m.onnx.tmp1234"]
     for n in [stale, *others]:
         (tmp_path / n).write_bytes(b"x" * 100)
-    assert convert(models["old"][1], out).returncode == 0
+    assert convert(models["old"][1], out, "--external-data", "never").returncode == 0
     assert listing(tmp_path) == sorted(["m.onnx", *others])
 
 
@@ -268,7 +268,7 @@ def test_long_file_name(tmp_path, models):
         assert r.returncode == 0, r.stderr
         assert which_model(out, models) == pt2
         assert len(data_files(tmp_path)) == 1 and len(listing(tmp_path)) == 2, listing(tmp_path)
-    assert convert(models["new"][1], out).returncode == 0
+    assert convert(models["new"][1], out, "--external-data", "never").returncode == 0
     assert listing(tmp_path) == [name]
 
 
@@ -278,7 +278,7 @@ def test_symlink_is_written_through(tmp_path, models):
     real = real_dir / "model.onnx"
     link = real_dir / "current.onnx"
     link.symlink_to("model.onnx")
-    assert convert(models["old"][1], link).returncode == 0
+    assert convert(models["old"][1], link, "--external-data", "never").returncode == 0
     assert link.is_symlink() and os.readlink(link) == "model.onnx"
     assert which_model(real, models) == "old"
     assert convert(models["new"][1], link, "--external-data", "always").returncode == 0

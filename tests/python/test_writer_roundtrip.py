@@ -40,7 +40,7 @@ def exported(tmp_path_factory):
     inline, ext = str(d / "inline.onnx"), str(d / "ext.onnx")
     args = (torch.randn(2, 3, 8, 8),)
     ds = {"x": {0: "batch"}}
-    pt2onnx.export(m, args, inline, opset=20, dynamic_shapes=ds)
+    pt2onnx.export(m, args, inline, opset=20, dynamic_shapes=ds, external_data=False)
     r = pt2onnx.export(m, args, ext, opset=20, dynamic_shapes=ds, external_data=True)
     assert_same_both_ways(m, args, ext, opset=20, dynamic_shapes=ds,
                           extra_cli_args=("--external-data", "always"))

@@ -1,0 +1,133 @@
+"""What onnxruntime loads fast: weights in `<f>.data` by default (torch.onnx's
+default and file naming), one file with external_data=False, and Linear
+weights stored in the layout MatMul reads (no Transpose of an initializer
+left for the runtime to fold at every load). Every model runs in onnxruntime
+against PyTorch on inputs other than the export inputs."""
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+import torch.nn as nn
+from onnx import numpy_helper
+
+import pt2onnx
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(32, 64)
+        self.fc2 = nn.Linear(64, 16, bias=False)
+
+    def forward(self, x):  # x: [batch, seq, 32]: linear becomes MatMul(x, W^T)
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+DS = {"x": {0: "batch", 1: "seq"}}
+
+
+def _run(path, x):
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return s.run(None, {s.get_inputs()[0].name: x.numpy()})[0]
+
+
+def _check_runs(path, m):
+    x = torch.randn(3, 7, 32)  # not the export input's shape
+    with torch.no_grad():
+        np.testing.assert_allclose(_run(path, x), m(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    torch.manual_seed(0)
+    return MLP().eval()
+
+
+def test_default_writes_data_file_named_as_torch_onnx(mlp, tmp_path):
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ours.mkdir()
+    theirs.mkdir()
+    r = pt2onnx.export(mlp, (torch.randn(2, 5, 32),), str(ours / "m.onnx"), dynamic_shapes=DS)
+    torch.onnx.export(mlp, (torch.randn(2, 5, 32),), str(theirs / "m.onnx"), dynamo=True,
+                      dynamic_shapes=DS, verbose=False)
+    assert sorted(os.listdir(theirs)) == ["m.onnx", "m.onnx.data"]  # torch.onnx's default
+    assert sorted(os.listdir(ours)) == ["m.onnx", "m.onnx.data"]
+    assert r.data_paths == [str(ours / "m.onnx.data")]
+    mp = onnx.load(str(ours / "m.onnx"), load_external_data=False)
+    for t in mp.graph.initializer:
+        nbytes = np.prod(t.dims) * 4
+        if nbytes >= 1024:  # small tensors stay inline
+            kv = {e.key: e.value for e in t.external_data}
+            assert t.data_location == onnx.TensorProto.EXTERNAL and kv["location"] == "m.onnx.data"
+        else:
+            assert t.data_location == onnx.TensorProto.DEFAULT and t.HasField("raw_data")
+    _check_runs(str(ours / "m.onnx"), mlp)
+
+
+def test_external_data_false_writes_one_file(mlp, tmp_path):
+    r = pt2onnx.export(mlp, (torch.randn(2, 5, 32),), str(tmp_path / "m.onnx"),
+                       dynamic_shapes=DS, external_data=False)
+    assert os.listdir(tmp_path) == ["m.onnx"] and r.data_paths == []
+    mp = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    assert all(t.data_location == onnx.TensorProto.DEFAULT for t in mp.graph.initializer)
+    _check_runs(str(tmp_path / "m.onnx"), mlp)
+
+
+@pytest.mark.parametrize("external", [True, False])
+def test_linear_weights_stored_transposed(mlp, tmp_path, external):
+    path = str(tmp_path / "m.onnx")
+    pt2onnx.export(mlp, (torch.randn(2, 5, 32),), path, dynamic_shapes=DS,
+                   external_data=external)
+    mp = onnx.load(path)
+    inits = {t.name: numpy_helper.to_array(t) for t in mp.graph.initializer}
+    for n in mp.graph.node:
+        assert not (n.op_type == "Transpose" and n.input[0] in inits), n
+    matmuls = [n for n in mp.graph.node if n.op_type == "MatMul"]
+    assert [n.input[1] for n in matmuls] == ["fc1.weight.T", "fc2.weight.T"]
+    sd = mlp.state_dict()
+    for name in ("fc1.weight", "fc2.weight"):
+        assert name not in inits  # written once, in the layout MatMul reads
+        np.testing.assert_array_equal(inits[name + ".T"], sd[name].numpy().T)
+    _check_runs(path, mlp)
+
+
+class TiedAndPermuted(nn.Module):
+    """A tied embedding / output weight (read untransposed by Gather, so its
+    Transpose stays and the weight is written once) and a 3-D weight permuted
+    (2, 0, 1) before a batched MatMul."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 32)
+        self.w3 = nn.Parameter(torch.randn(32, 4, 8))  # used as [8, 32, 4]
+
+    def forward(self, idx, x):
+        h = self.emb(idx)  # [b, s, 32]
+        logits = h @ self.emb.weight.t()  # [b, s, 50]
+        y = torch.matmul(x, self.w3.permute(2, 0, 1))  # [8, s, 32] @ [8, 32, 4]
+        return logits, y
+
+
+def test_tied_weight_kept_and_permuted_weight_folded(tmp_path):
+    torch.manual_seed(0)
+    m = TiedAndPermuted().eval()
+    path = str(tmp_path / "m.onnx")
+    args = (torch.randint(0, 50, (2, 5)), torch.randn(8, 5, 32))
+    pt2onnx.export(m, args, path, dynamic_shapes={"idx": {0: "b", 1: "s"}, "x": {1: "s"}})
+    mp = onnx.load(path)
+    inits = {t.name: numpy_helper.to_array(t) for t in mp.graph.initializer}
+    assert sorted(inits) == ["emb.weight", "w3.perm_2_0_1"]
+    np.testing.assert_array_equal(inits["w3.perm_2_0_1"],
+                                  m.w3.detach().numpy().transpose(2, 0, 1))
+    assert [n.input[0] for n in mp.graph.node if n.op_type == "Transpose"] == ["emb.weight"]
+    idx, x = torch.randint(0, 50, (3, 9)), torch.randn(8, 9, 32)
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = s.run(None, {s.get_inputs()[0].name: idx.numpy(), s.get_inputs()[1].name: x.numpy()})
+    with torch.no_grad():
+        want = m(idx, x)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)
