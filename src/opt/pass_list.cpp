@@ -29,6 +29,7 @@ std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g) {
   using Pass = size_t (*)(Graph&);
   static const std::pair<const char*, Pass> kPasses[] = {
       {"fold_constants", fold_constants},
+      {"fold_conv_batchnorm", fold_conv_batchnorm},
       {"fold_weight_transpose", fold_weight_transpose},
       {"remove_identity", remove_identity},
       {"eliminate_common_subexpressions", eliminate_common_subexpressions},

@@ -14,6 +14,7 @@ namespace pt2onnx {
 // graph reads, and never touch a nested graph's inputs.
 size_t fold_constants(Graph& g);
 size_t fold_weight_transpose(Graph& g);
+size_t fold_conv_batchnorm(Graph& g);
 size_t remove_identity(Graph& g);
 size_t eliminate_common_subexpressions(Graph& g);
 size_t remove_unused(Graph& g);

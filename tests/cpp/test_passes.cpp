@@ -1,6 +1,9 @@
 // Graph passes: folding, identity removal, CSE, dead-code removal.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "ir/builder.h"
 #include "opt/passes.h"
 
@@ -190,4 +193,229 @@ TEST(Passes, StridedViewCopiesRows) {
   ASSERT_EQ(graph.initializers.size(), 2u);  // w.T and w2: equal bytes, not equal tensors
   auto c = find_init(graph, "w.T")->data.contiguous_copy();
   EXPECT_EQ(reinterpret_cast<const float*>(c.data())[1], 3.0f);
+}
+
+// ---- fold_conv_batchnorm
+namespace {
+// Deterministic values in [lo, hi).
+std::vector<double> vals(size_t n, double lo, double hi, uint32_t seed) {
+  std::vector<double> v(n);
+  uint32_t s = seed;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = lo + (hi - lo) * static_cast<double>(s >> 8) / static_cast<double>(1u << 24);
+  }
+  return v;
+}
+
+TensorData f32_of(std::vector<int64_t> dims, const std::vector<double>& v) {
+  std::vector<float> f(v.begin(), v.end());
+  return TensorData::from_vector(DType::Float, std::move(dims), f);
+}
+
+std::vector<double> floats_of(const TensorData& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = t.as<float>()[i];
+  return v;
+}
+
+// Naive 2-D convolution (stride 1, no padding), NCHW, with groups; W is
+// [Cout, Cin/g, kh, kw] (Conv) or [Cin, Cout/g, kh, kw] (ConvTranspose).
+std::vector<double> conv2d(const std::vector<double>& x, int64_t cin, int64_t h, int64_t wd,
+                           const std::vector<double>& w, std::vector<int64_t> wdims,
+                           const std::vector<double>& b, int64_t groups, bool transpose,
+                           int64_t& cout, int64_t& oh, int64_t& ow) {
+  int64_t kh = wdims[2], kw = wdims[3];
+  if (!transpose) {
+    cout = wdims[0];
+    oh = h - kh + 1, ow = wd - kw + 1;
+    int64_t cin_g = wdims[1], cout_g = cout / groups;
+    std::vector<double> y(static_cast<size_t>(cout * oh * ow), 0.0);
+    for (int64_t o = 0; o < cout; ++o)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          double acc = b.empty() ? 0.0 : b[static_cast<size_t>(o)];
+          for (int64_t c = 0; c < cin_g; ++c)
+            for (int64_t u = 0; u < kh; ++u)
+              for (int64_t v = 0; v < kw; ++v) {
+                int64_t ci = (o / cout_g) * cin_g + c;
+                acc += x[static_cast<size_t>((ci * h + i + u) * wd + j + v)] *
+                       w[static_cast<size_t>(((o * cin_g + c) * kh + u) * kw + v)];
+              }
+          y[static_cast<size_t>((o * oh + i) * ow + j)] = acc;
+        }
+    return y;
+  }
+  int64_t cout_g = wdims[1], cin_g = cin / groups;
+  cout = cout_g * groups;
+  oh = h + kh - 1, ow = wd + kw - 1;
+  std::vector<double> y(static_cast<size_t>(cout * oh * ow), 0.0);
+  for (int64_t o = 0; o < cout; ++o)
+    for (int64_t p = 0; p < oh * ow; ++p)
+      y[static_cast<size_t>(o * oh * ow + p)] = b.empty() ? 0.0 : b[static_cast<size_t>(o)];
+  for (int64_t ci = 0; ci < cin; ++ci)
+    for (int64_t i = 0; i < h; ++i)
+      for (int64_t j = 0; j < wd; ++j)
+        for (int64_t oc = 0; oc < cout_g; ++oc)
+          for (int64_t u = 0; u < kh; ++u)
+            for (int64_t v = 0; v < kw; ++v) {
+              int64_t o = (ci / cin_g) * cout_g + oc;
+              y[static_cast<size_t>((o * oh + i + u) * ow + j + v)] +=
+                  x[static_cast<size_t>((ci * h + i) * wd + j)] *
+                  w[static_cast<size_t>(((ci * cout_g + oc) * kh + u) * kw + v)];
+            }
+  return y;
+}
+
+struct ConvBnCase {
+  bool transpose = false;
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+// Conv(+bias) -> BatchNormalization on a 4-channel 5x5 input: the folded
+// graph's single Conv gives what conv-then-normalize gives.
+void check_conv_bn_fold(const ConvBnCase& k) {
+  const int64_t cin = 4, h = 5, wd = 5, eps_cout = 6;
+  std::vector<int64_t> wdims = k.transpose ? std::vector<int64_t>{cin, eps_cout / k.groups, 2, 3}
+                                           : std::vector<int64_t>{eps_cout, cin / k.groups, 2, 3};
+  size_t wn = static_cast<size_t>(wdims[0] * wdims[1] * 6);
+  auto w = vals(wn, -1, 1, 1), b = k.bias ? vals(6, -1, 1, 2) : std::vector<double>{};
+  auto scale = vals(6, 0.5, 2, 3), beta = vals(6, -1, 1, 4), mean = vals(6, -0.5, 0.5, 5),
+       var = vals(6, 0.2, 2, 6);
+  const float eps = 1e-3f;
+  GraphBuilder gb(18);
+  gb.add_input("x", f32({Dim::of(1), Dim::of(cin), Dim::of(h), Dim::of(wd)}));
+  std::vector<std::string> in = {"x", gb.initializer("conv.weight", f32_of(wdims, w))};
+  if (k.bias) in.push_back(gb.initializer("conv.bias", f32_of({6}, b)));
+  std::string c = gb.op(k.transpose ? "ConvTranspose" : "Conv", in, {Attr::Int("group", k.groups)});
+  std::string y = gb.op("BatchNormalization",
+                        {c, gb.initializer("bn.weight", f32_of({6}, scale)),
+                         gb.initializer("bn.bias", f32_of({6}, beta)),
+                         gb.initializer("bn.running_mean", f32_of({6}, mean)),
+                         gb.initializer("bn.running_var", f32_of({6}, var))},
+                        {Attr::Float("epsilon", eps)});
+  gb.add_output(y, gb.type(y));
+  Graph graph = gb.take();
+  run_default_passes(graph);
+  EXPECT_EQ(find_op(graph, "BatchNormalization"), nullptr);
+  ASSERT_EQ(graph.nodes.size(), 1u);
+  const Node& conv = graph.nodes[0];
+  EXPECT_EQ(conv.outputs[0], y);
+  ASSERT_EQ(conv.inputs.size(), 3u);
+  EXPECT_EQ(conv.inputs[1], "conv.weight.bn_folded");
+  EXPECT_EQ(conv.inputs[2], k.bias ? "conv.bias.bn_folded" : "bn.bias.bn_folded");
+  // Only the folded tensors are left (in the weight's place).
+  ASSERT_EQ(graph.initializers.size(), 2u);
+  EXPECT_EQ(graph.initializers[0].name, "conv.weight.bn_folded");
+  const Initializer* fw = find_init(graph, conv.inputs[1]);
+  const Initializer* fb = find_init(graph, conv.inputs[2]);
+  ASSERT_TRUE(fw && fb);
+  EXPECT_EQ(fw->data.dims, wdims);
+
+  auto x = vals(static_cast<size_t>(cin * h * wd), -2, 2, 7);
+  int64_t cout, oh, ow;
+  auto ref = conv2d(x, cin, h, wd, w, wdims, b, k.groups, k.transpose, cout, oh, ow);
+  ASSERT_EQ(cout, 6);
+  for (int64_t o = 0; o < cout; ++o)
+    for (int64_t p = 0; p < oh * ow; ++p) {
+      double& r = ref[static_cast<size_t>(o * oh * ow + p)];
+      size_t q = static_cast<size_t>(o);
+      r = (r - mean[q]) / std::sqrt(var[q] + eps) * scale[q] + beta[q];
+    }
+  auto got = conv2d(x, cin, h, wd, floats_of(fw->data), wdims, floats_of(fb->data), k.groups,
+                    k.transpose, cout, oh, ow);
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i)
+    EXPECT_NEAR(got[i], ref[i], 1e-5 * (1 + std::abs(ref[i])));
+}
+}  // namespace
+
+TEST(Passes, FoldsConvBatchNorm) { check_conv_bn_fold({}); }
+TEST(Passes, FoldsConvBatchNormNoBias) { check_conv_bn_fold({false, 1, false}); }
+TEST(Passes, FoldsGroupConvBatchNorm) { check_conv_bn_fold({false, 2, true}); }
+TEST(Passes, FoldsConvTransposeBatchNorm) { check_conv_bn_fold({true, 1, false}); }
+TEST(Passes, FoldsGroupConvTransposeBatchNorm) { check_conv_bn_fold({true, 2, true}); }
+
+namespace {
+// Conv -> BatchNormalization with one thing changed that forbids folding.
+enum class Block { TrainingMode, TrainingOutputs, SharedWeight, ConvOutputRead, IntWeight };
+Graph conv_bn_blocked(Block why) {
+  GraphBuilder gb(18);
+  gb.add_input("x", f32({Dim::of(1), Dim::of(2), Dim::of(4), Dim::of(4)}));
+  TensorData wt = f32_of({3, 2, 1, 1}, vals(6, -1, 1, 1));
+  if (why == Block::IntWeight)
+    wt = TensorData::from_vector(DType::Int32, {3, 2, 1, 1}, std::vector<int32_t>(6, 1));
+  std::string w = gb.initializer("conv.weight", wt);
+  std::string c = gb.op("Conv", {"x", w});
+  std::vector<std::string> bn_in = {c, gb.initializer("bn.weight", f32_of({3}, vals(3, 1, 2, 2))),
+                                    gb.initializer("bn.bias", f32_of({3}, vals(3, 1, 2, 3))),
+                                    gb.initializer("bn.mean", f32_of({3}, vals(3, 1, 2, 4))),
+                                    gb.initializer("bn.var", f32_of({3}, vals(3, 1, 2, 5)))};
+  std::vector<Attr> attrs;
+  size_t n_out = 1;
+  if (why == Block::TrainingMode) attrs.push_back(Attr::Int("training_mode", 1));
+  if (why == Block::TrainingOutputs) attrs.push_back(Attr::Int("training_mode", 1)), n_out = 3;
+  auto outs = gb.add_node("BatchNormalization", bn_in, n_out, attrs,
+                          std::vector<ValueType>(n_out, f32({})));
+  for (auto& o : outs) gb.add_output(o, gb.type(o));
+  if (why == Block::SharedWeight) {
+    std::string r = gb.op("ReduceSum", {w});
+    gb.add_output(r, gb.type(r));
+  }
+  if (why == Block::ConvOutputRead) {
+    std::string r = gb.op("Relu", {c});
+    gb.add_output(r, gb.type(r));
+  }
+  return gb.take();
+}
+}  // namespace
+
+TEST(Passes, KeepsBatchNormThatCannotFold) {
+  for (Block why : {Block::TrainingMode, Block::TrainingOutputs, Block::SharedWeight,
+                    Block::ConvOutputRead, Block::IntWeight}) {
+    Graph graph = conv_bn_blocked(why);
+    EXPECT_EQ(fold_conv_batchnorm(graph), 0u) << static_cast<int>(why);
+    EXPECT_NE(find_op(graph, "BatchNormalization"), nullptr);
+    EXPECT_NE(find_init(graph, "conv.weight"), nullptr);
+  }
+}
+
+// float16 weights: folded in double, stored as float16 (rounded once).
+TEST(Passes, FoldsConvBatchNormFloat16) {
+  auto half = [](float f) {  // exact for these values (k / 8)
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    if (f == 0) return uint16_t{0};
+    uint16_t s = static_cast<uint16_t>((x >> 16) & 0x8000u);
+    int e = static_cast<int>((x >> 23) & 0xff) - 127 + 15;
+    return static_cast<uint16_t>(s | (e << 10) | ((x >> 13) & 0x3ffu));
+  };
+  auto h16 = [&](std::vector<int64_t> dims, std::vector<float> v) {
+    std::vector<uint16_t> h;
+    for (float f : v) h.push_back(half(f));
+    return TensorData::from_vector(DType::Float16, std::move(dims), h);
+  };
+  GraphBuilder gb(18);
+  gb.add_input("x",
+               ValueType{DType::Float16, Shape{Dim::of(1), Dim::of(1), Dim::of(2), Dim::of(2)}});
+  std::string c = gb.op("Conv", {"x", gb.initializer("w", h16({2, 1, 1, 1}, {0.5f, -1.5f}))});
+  // s = 2 / sqrt(3 + 1) = 1 and 4 / sqrt(15 + 1) = 1: W' = W, B' = beta - mean.
+  std::string y = gb.op(
+      "BatchNormalization",
+      {c, gb.initializer("s", h16({2}, {2.0f, 4.0f})),
+       gb.initializer("b", h16({2}, {0.25f, -0.5f})), gb.initializer("m", h16({2}, {1.0f, 0.125f})),
+       gb.initializer("v", h16({2}, {3.0f, 15.0f}))},
+      {Attr::Float("epsilon", 1.0f)});
+  gb.add_output(y, gb.type(y));
+  Graph graph = gb.take();
+  EXPECT_EQ(fold_conv_batchnorm(graph), 1u);
+  const Initializer* fw = find_init(graph, "w.bn_folded");
+  const Initializer* fb = find_init(graph, "b.bn_folded");
+  ASSERT_TRUE(fw && fb);
+  EXPECT_EQ(fw->data.dtype, DType::Float16);
+  EXPECT_EQ(fw->data.as<uint16_t>()[0], half(0.5f));
+  EXPECT_EQ(fw->data.as<uint16_t>()[1], half(-1.5f));
+  EXPECT_EQ(fb->data.as<uint16_t>()[0], half(-0.75f));
+  EXPECT_EQ(fb->data.as<uint16_t>()[1], half(-0.625f));
 }

@@ -131,3 +131,87 @@ def test_tied_weight_kept_and_permuted_weight_folded(tmp_path):
         want = m(idx, x)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)
+
+
+class ConvBnStack(nn.Module):
+    """torchvision-like: Conv+BN+ReLU, a depthwise (grouped) Conv+BN, a Conv
+    with bias +BN, and a ConvTranspose+BN; eval mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8),
+                                  nn.ReLU())
+        self.dw = nn.Sequential(nn.Conv2d(8, 8, 3, 1, 1, groups=8, bias=False),
+                                nn.BatchNorm2d(8, eps=1e-3), nn.ReLU6())
+        self.pw = nn.Sequential(nn.Conv2d(8, 16, 1), nn.BatchNorm2d(16))
+        self.up = nn.Sequential(nn.ConvTranspose2d(16, 6, 2, 2, groups=2), nn.BatchNorm2d(6))
+
+    def forward(self, x):
+        return self.up(torch.relu(self.pw(self.dw(self.stem(x)))))
+
+
+def _randomize_bn(m):
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            with torch.no_grad():
+                mod.running_mean.uniform_(-0.5, 0.5)
+                mod.running_var.uniform_(0.3, 2.0)
+                mod.weight.uniform_(0.5, 1.5)
+                mod.bias.uniform_(-0.5, 0.5)
+    return m
+
+
+def test_conv_batchnorm_folded(tmp_path):
+    # Inference BatchNormalization after a Conv is folded into the Conv's
+    # weight and bias (as torch.onnx does): onnxruntime would otherwise fuse
+    # them at every load, copying each conv weight.
+    torch.manual_seed(0)
+    m = _randomize_bn(ConvBnStack()).eval()
+    path = str(tmp_path / "m.onnx")
+    ds = {"x": {0: "batch", 2: "h", 3: "w"}}
+    pt2onnx.export(m, (torch.randn(2, 3, 32, 32),), path, dynamic_shapes=ds)
+    mp = onnx.load(path, load_external_data=False)
+    ops = [n.op_type for n in mp.graph.node]
+    assert "BatchNormalization" not in ops
+    assert ops.count("Conv") == 3 and ops.count("ConvTranspose") == 1
+    names = {t.name for t in mp.graph.initializer}
+    # Folded tensors under derived names; the state_dict's own names are gone
+    # (their values would no longer be the state_dict's).
+    assert "stem.0.weight.bn_folded" in names and "pw.0.bias.bn_folded" in names
+    assert "stem.1.bias.bn_folded" in names  # the stem conv had no bias
+    assert not names & {"stem.0.weight", "pw.0.weight", "pw.0.bias", "stem.1.running_mean"}
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for shape in [(3, 3, 40, 24), (1, 3, 17, 29)]:  # new batch and spatial sizes
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = m(x).numpy()
+        got = s.run(None, {s.get_inputs()[0].name: x.numpy()})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+class ConvBnShared(nn.Module):
+    """The conv output is read twice: the BatchNormalization must stay."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.bn(y) + y
+
+
+def test_conv_batchnorm_not_folded_when_conv_output_shared(tmp_path):
+    torch.manual_seed(0)
+    m = _randomize_bn(ConvBnShared()).eval()
+    path = str(tmp_path / "m.onnx")
+    pt2onnx.export(m, (torch.randn(2, 3, 8, 8),), path, dynamic_shapes={"x": {0: "batch"}})
+    mp = onnx.load(path, load_external_data=False)
+    assert [n.op_type for n in mp.graph.node].count("BatchNormalization") == 1
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    x = torch.randn(3, 3, 8, 8)
+    with torch.no_grad():
+        want = m(x).numpy()
+    got = s.run(None, {s.get_inputs()[0].name: x.numpy()})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
