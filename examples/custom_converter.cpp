@@ -3,7 +3,7 @@
 //
 //   custom_converter MODEL.pt2 OUT.onnx
 //
-// The model holds pt2onnx_test::scale_shift(x, float scale=2.0, float
+// The model holds pt2onnx_cc::scale_shift(x, float scale=2.0, float
 // shift=0.5) -> x * scale + shift (a torch.library.custom_op of the tests).
 // A C++ converter has the signature of the built-in ones (src/convert/): it
 // reads the node's arguments through Ctx and emits ONNX nodes through the
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   pt2onnx::Options options;
-  options.converters["pt2onnx_test::scale_shift"] = convert_scale_shift;
+  options.converters["pt2onnx_cc::scale_shift"] = convert_scale_shift;
   options.input_dim_names["x"][0] = "batch";
   try {
     pt2onnx::Result r = pt2onnx::convert(argv[1], argv[2], options);

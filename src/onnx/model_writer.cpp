@@ -174,37 +174,30 @@ Msg attribute(const Attr& a, int ir_version) {
   switch (a.kind) {
     case Attr::Kind::Float:
       m.float_field(2, a.f);
-      m.int_field(20, 1);
       break;
     case Attr::Kind::Int:
       m.int_field(3, a.i);
-      m.int_field(20, 2);
       break;
     case Attr::Kind::String:
       m.bytes_field(4, a.s);
-      m.int_field(20, 3);
       break;
     case Attr::Kind::Tensor:
       m.bytes_field(5, tensor_proto_bytes(*a.t, ""));
-      m.int_field(20, 4);
       break;
     case Attr::Kind::Floats:
       m.packed_floats(7, a.floats);
-      m.int_field(20, 6);
       break;
     case Attr::Kind::Ints:
       m.packed_ints(8, a.ints);
-      m.int_field(20, 7);
       break;
     case Attr::Kind::Strings:
       for (auto& s : a.strings) m.bytes_field(9, s);
-      m.int_field(20, 8);
       break;
     case Attr::Kind::Graph:
       m.message(6, graph_proto(*a.g, ir_version));
-      m.int_field(20, 5);
       break;
   }
+  m.int_field(20, attr_type_code(a.kind));
   return m;
 }
 

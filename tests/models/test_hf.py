@@ -202,13 +202,17 @@ def test_dynamic_cache_input_after_transformers_registration(tmp_path):
         "input_ids": {0: dyn, 1: dyn}, "attention_mask": {0: dyn, 1: dyn},
         "past_key_values": [[kv_d, kv_d], [kv_d, kv_d]]})
     torch.export.save(ep, str(tmp_path / "m.pt2"))
-    py_path, cli_out = str(tmp_path / "py.onnx"), str(tmp_path / "cli.onnx")
+    # Same file name in two directories: the external data `location` is the name.
+    (tmp_path / "py").mkdir()
+    (tmp_path / "cli").mkdir()
+    py_path, cli_out = str(tmp_path / "py" / "m.onnx"), str(tmp_path / "cli" / "m.onnx")
     pt2onnx.export(ep, (), py_path)
     r = subprocess.run([CLI, str(tmp_path / "m.pt2"), "-o", cli_out], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    with open(py_path, "rb") as a, open(cli_out, "rb") as b:
-        assert a.read() == b.read()
+    for suffix in ("", ".data"):
+        with open(py_path + suffix, "rb") as a, open(cli_out + suffix, "rb") as b:
+            assert a.read() == b.read()
     assert [i.name for i in onnx.load(cli_out).graph.input][2:] == [
         "past_key_values.0.key", "past_key_values.1.key",
         "past_key_values.0.value", "past_key_values.1.value"]

@@ -21,7 +21,7 @@ import pt2onnx
 # ---- ops written in the tests (torch.library.custom_op)
 
 
-@torch.library.custom_op("pt2onnx_test::scale_shift", mutates_args=())
+@torch.library.custom_op("pt2onnx_cc::scale_shift", mutates_args=())
 def scale_shift(x: torch.Tensor, scale: float = 2.0, shift: float = 0.5) -> torch.Tensor:
     return x * scale + shift
 
@@ -31,7 +31,7 @@ def _(x, scale=2.0, shift=0.5):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("pt2onnx_test::split_sign", mutates_args=())
+@torch.library.custom_op("pt2onnx_cc::split_sign", mutates_args=())
 def split_sign(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.clamp(x + y, min=0), torch.clamp(x - y, max=0)
 
@@ -56,7 +56,7 @@ class _Cube(torch.autograd.Function):
 
 
 # Wrapped as a custom op so torch.export keeps it as one node.
-@torch.library.custom_op("pt2onnx_test::cube", mutates_args=())
+@torch.library.custom_op("pt2onnx_cc::cube", mutates_args=())
 def cube(x: torch.Tensor) -> torch.Tensor:
     return _Cube.apply(x)
 
@@ -109,7 +109,7 @@ def test_custom_op_by_builder_function(tmp_path):
     model = ScaleShiftNet().eval()
     x = torch.randn(3, 6)
     r = _export(model, (x,), tmp_path / "m.onnx",
-                custom_translation_table={torch.ops.pt2onnx_test.scale_shift.default:
+                custom_translation_table={torch.ops.pt2onnx_cc.scale_shift.default:
                                           scale_shift_builder})
     m = onnx.load(r.path)
     ops = [n.op_type for n in m.graph.node]
@@ -126,7 +126,7 @@ def test_custom_op_def_and_string_keys(tmp_path):
     a = _export(model, (x,), tmp_path / "a.onnx",
                 custom_translation_table={scale_shift: scale_shift_builder})
     b = _export(model, (x,), tmp_path / "b.onnx",
-                custom_translation_table={"pt2onnx_test::scale_shift": scale_shift_builder})
+                custom_translation_table={"pt2onnx_cc::scale_shift": scale_shift_builder})
     assert open(a.path, "rb").read() == open(b.path, "rb").read()
 
 
@@ -141,7 +141,7 @@ def test_custom_op_by_onnxscript_function(tmp_path):
     torch.manual_seed(1)
     model = ScaleShiftNet().eval()
     r = _export(model, (torch.randn(3, 6),), tmp_path / "m.onnx",
-                custom_translation_table={torch.ops.pt2onnx_test.scale_shift.default:
+                custom_translation_table={torch.ops.pt2onnx_cc.scale_shift.default:
                                           scale_shift_onnxscript})
     _compare(r.path, model, lambda b: (torch.randn(b, 6),))
 
@@ -235,7 +235,7 @@ def test_function_with_wrong_arity_is_a_clear_error(tmp_path):
 def test_unknown_target_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="no op"):
         _export(ScaleShiftNet().eval(), (torch.randn(3, 6),), tmp_path / "m.onnx",
-                custom_translation_table={"pt2onnx_test::nope": scale_shift_builder})
+                custom_translation_table={"pt2onnx_cc::nope": scale_shift_builder})
 
 
 def test_functions_file_for_the_command(tmp_path):
