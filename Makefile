@@ -118,7 +118,7 @@ zoo: python bench-deps
 
 # onnxruntime session creation and peak RSS of our files beside torch.onnx's (bench/load.md).
 bench-load: python bench-deps
-	$(PYTHON) bench/load.py
+	$(PYTHON) bench/load.py --runs 11
 # .pt2 conversion against cp (~2 min; writes bench/results_pt2.md).
 bench-pt2: cpp
 	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) bench/pt2_convert.py
