@@ -42,6 +42,12 @@ int ir_version_for_opset(int opset) {
 
 namespace {
 
+void check_opset(int opset) {
+  if (opset < kMinOpset || opset > kMaxOpset)
+    throw Error("opset " + std::to_string(opset) + " is not supported (this build emits " +
+                std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset) + ")");
+}
+
 ValueSummary summary(const GraphIO& io) {
   ValueSummary v{io.name, std::string(dtype_name(io.type.dtype)), {}};
   if (io.type.shape)
@@ -72,16 +78,13 @@ void summarize(const Graph& g, Result& r) {
 }  // namespace
 
 std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, int opset) {
-  if (opset < kMinOpset || opset > kMaxOpset)
-    throw Error("opset " + std::to_string(opset) + " is not supported (this build emits " +
-                std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset) + ")");
-  return find_unsupported(schema::parse_program(program_json, "ExportedProgram JSON"), opset);
+  Options options;
+  options.opset = opset;
+  return unsupported_ops(program_json, options);
 }
 
 std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, const Options& options) {
-  if (options.opset < kMinOpset || options.opset > kMaxOpset)
-    throw Error("opset " + std::to_string(options.opset) + " is not supported (this build emits " +
-                std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset) + ")");
+  check_opset(options.opset);
   const CustomConverters custom(options);
   return find_unsupported(schema::parse_program(program_json, "ExportedProgram JSON"),
                           options.opset, &custom);
@@ -99,9 +102,7 @@ Result convert_program_from(std::string_view program_json, const std::string& so
   auto secs = [](clock::time_point a, clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
-  if (options.opset < kMinOpset || options.opset > kMaxOpset)
-    throw Error("opset " + std::to_string(options.opset) + " is not supported (this build emits " +
-                std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset) + ")");
+  check_opset(options.opset);
   if (output_path.empty()) throw Error("no output path given");
 
   Result r;

@@ -79,13 +79,8 @@ std::string GraphBuilder::initializer(const std::string& name, TensorData data) 
 }
 
 void GraphBuilder::add_initializer(const std::string& n, TensorData data) {
-  ValueType t;
-  t.dtype = data.dtype;
-  Shape s;
-  for (auto d : data.dims) s.push_back(Dim::of(d));
-  t.shape = std::move(s);
   Graph& r = root();
-  r.types[n] = std::move(t);
+  r.types[n] = static_type(data.dtype, data.dims);
   initializer_index_[n] = r.initializers.size();
   r.initializers.push_back(Initializer{n, std::move(data)});
 }

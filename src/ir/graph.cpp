@@ -323,6 +323,31 @@ void collect_outer_reads(const Graph& g, std::vector<std::string>& out,
 
 }  // namespace
 
+ValueType static_type(DType t, const std::vector<int64_t>& dims) {
+  Shape s;
+  for (auto d : dims) s.push_back(Dim::of(d));
+  return ValueType{t, std::move(s)};
+}
+
+FreshNames::FreshNames(const Graph& g) { collect(g); }
+
+void FreshNames::collect(const Graph& g) {
+  for (auto& i : g.inputs) used_.insert(i.name);
+  for (auto& i : g.initializers) used_.insert(i.name);
+  for (auto& [name, t] : g.types) used_.insert(name);
+  for (auto& n : g.nodes) {
+    for (auto& o : n.outputs) used_.insert(o);
+    for (const Graph* s : subgraphs(n)) collect(*s);
+  }
+}
+
+std::string FreshNames::operator()(const std::string& base) {
+  std::string n = base;
+  for (int k = 1; used_.count(n); ++k) n = base + "_" + std::to_string(k);
+  used_.insert(n);
+  return n;
+}
+
 std::vector<std::string> outer_reads(const Graph& g) {
   std::vector<std::string> out;
   std::unordered_set<std::string> seen;

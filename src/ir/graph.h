@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "ir/dtype.h"
@@ -35,6 +36,8 @@ struct ValueType {
   bool has_static_shape() const;
   std::optional<std::vector<int64_t>> static_dims() const;
 };
+// The type of a tensor of static `dims` (initializers, folded constants).
+ValueType static_type(DType t, const std::vector<int64_t>& dims);
 
 // Bytes of a tensor. Either a view on memory owned elsewhere (weights: the
 // caller keeps them alive until the export returns) or owned bytes (constants
@@ -181,6 +184,21 @@ std::vector<const Graph*> subgraphs(const Node& n);
 // enclosing `g`: read, but neither an input, an initializer nor a node output
 // of `g` or of the nested graph that reads it.
 std::vector<std::string> outer_reads(const Graph& g);
+
+// Fresh names for values a pass adds to `g`: `base` when free, else base_1,
+// base_2, ... Taken: every input, initializer, typed value and node output of
+// `g` and of the graphs nested in it, what take() adds, and each name handed out.
+class FreshNames {
+ public:
+  FreshNames() = default;  // nothing taken yet
+  explicit FreshNames(const Graph& g);
+  void take(const std::string& name) { used_.insert(name); }
+  std::string operator()(const std::string& base);
+
+ private:
+  void collect(const Graph& g);
+  std::unordered_set<std::string> used_;
+};
 
 // Replaces every read of `from` by `to` in the nodes of `g` and of all graphs
 // nested in them (their outputs included: a nested graph's output may be an

@@ -301,12 +301,7 @@ size_t fold_constants(Graph& g) {
     }
     if (result && result->numel() <= kMaxElements) {
       g.initializers.push_back(Initializer{n.outputs[0], store(*result)});
-      ValueType t;
-      t.dtype = result->t;
-      Shape s;
-      for (auto d : result->dims) s.push_back(Dim::of(d));
-      t.shape = s;
-      g.types[n.outputs[0]] = t;
+      g.types[n.outputs[0]] = static_type(result->t, result->dims);
       consts.emplace(n.outputs[0], std::move(*result));
       ++folded;
       continue;

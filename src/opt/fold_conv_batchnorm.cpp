@@ -23,6 +23,7 @@
 // mislead tools that map initializers back to it by name.
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -115,16 +116,6 @@ TensorData from_doubles(DType t, std::vector<int64_t> dims, const std::vector<do
   return TensorData::from_vector(t, std::move(dims), h);
 }
 
-void collect_names(const Graph& g, std::unordered_set<std::string>& names) {
-  for (auto& i : g.inputs) names.insert(i.name);
-  for (auto& i : g.initializers) names.insert(i.name);
-  for (auto& [name, t] : g.types) names.insert(name);
-  for (auto& n : g.nodes) {
-    for (auto& o : n.outputs) names.insert(o);
-    for (const Graph* s : subgraphs(n)) collect_names(*s, names);
-  }
-}
-
 }  // namespace
 
 size_t fold_conv_batchnorm(Graph& g) {
@@ -149,21 +140,13 @@ size_t fold_conv_batchnorm(Graph& g) {
     return it == init_index.end() ? nullptr : &g.initializers[it->second];
   };
 
-  std::unordered_set<std::string> names;
+  std::optional<FreshNames> names;  // made on the first fold
   auto fresh_name = [&](const std::string& base) {
-    if (names.empty()) collect_names(g, names);
-    std::string fresh = base;
-    for (int k = 1; names.count(fresh); ++k) fresh = base + "_" + std::to_string(k);
-    names.insert(fresh);
-    return fresh;
+    if (!names) names.emplace(g);
+    return (*names)(base);
   };
   auto set_type = [&](const std::string& name, const TensorData& t) {
-    ValueType vt;
-    vt.dtype = t.dtype;
-    Shape s;
-    for (auto d : t.dims) s.push_back(Dim::of(d));
-    vt.shape = s;
-    g.types[name] = vt;
+    g.types[name] = static_type(t.dtype, t.dims);
   };
 
   std::vector<bool> drop(g.nodes.size(), false);

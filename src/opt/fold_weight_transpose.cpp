@@ -9,6 +9,7 @@
 // `<weight>.perm_<p...>`, not `<weight>`: under the weight's own name a square
 // weight in the other layout would be silently wrong for tools that map
 // initializers back to the state_dict by name.
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -38,16 +39,6 @@ bool is_permutation(const std::vector<int64_t>& p, size_t rank) {
     seen[static_cast<size_t>(v)] = true;
   }
   return true;
-}
-
-void collect_names(const Graph& g, std::unordered_set<std::string>& names) {
-  for (auto& i : g.inputs) names.insert(i.name);
-  for (auto& i : g.initializers) names.insert(i.name);
-  for (auto& [name, t] : g.types) names.insert(name);
-  for (auto& n : g.nodes) {
-    for (auto& o : n.outputs) names.insert(o);
-    for (const Graph* s : subgraphs(n)) collect_names(*s, names);
-  }
 }
 
 }  // namespace
@@ -82,7 +73,7 @@ size_t fold_weight_transpose(Graph& g) {
 
   std::unordered_set<std::string> outputs;
   for (auto& o : g.outputs) outputs.insert(o.name);
-  std::unordered_set<std::string> names;
+  std::optional<FreshNames> fresh_name;  // made on the first fold
   std::vector<bool> drop(g.nodes.size(), false);
   std::unordered_map<std::string, std::string> renames;  // Transpose output -> view
   size_t folded = 0;
@@ -114,7 +105,7 @@ size_t fold_weight_transpose(Graph& g) {
     }
     if (view.is_contiguous()) view.strides.clear();
 
-    if (names.empty()) collect_names(g, names);
+    if (!fresh_name) fresh_name.emplace(g);
     std::string base = init.name;
     if (rank == 2) {
       base += ".T";
@@ -122,16 +113,8 @@ size_t fold_weight_transpose(Graph& g) {
       base += ".perm";
       for (auto p : perm) base += "_" + std::to_string(p);
     }
-    std::string fresh = base;
-    for (int k = 1; names.count(fresh); ++k) fresh = base + "_" + std::to_string(k);
-    names.insert(fresh);
-
-    ValueType t;
-    t.dtype = view.dtype;
-    Shape s;
-    for (auto d : view.dims) s.push_back(Dim::of(d));
-    t.shape = s;
-    g.types[fresh] = t;
+    std::string fresh = (*fresh_name)(base);
+    g.types[fresh] = static_type(view.dtype, view.dims);
     for (size_t k : transposes) {
       drop[k] = true;
       renames[g.nodes[k].outputs[0]] = fresh;

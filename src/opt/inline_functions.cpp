@@ -29,21 +29,16 @@ class Inliner {
   }
 
  private:
+  // Node names and values alike (not g.types: entries of values passes
+  // removed would push names off their plain-export spelling).
   void collect(const Graph& g) {
-    for (auto& i : g.inputs) used_.insert(i.name);
-    for (auto& i : g.initializers) used_.insert(i.name);
+    for (auto& i : g.inputs) fresh.take(i.name);
+    for (auto& i : g.initializers) fresh.take(i.name);
     for (auto& n : g.nodes) {
-      used_.insert(n.name);
-      for (auto& o : n.outputs) used_.insert(o);
+      fresh.take(n.name);
+      for (auto& o : n.outputs) fresh.take(o);
       for (const Graph* s : subgraphs(n)) collect(*s);
     }
-  }
-
-  std::string fresh(const std::string& base) {
-    std::string n = base;
-    for (int k = 1; used_.count(n); ++k) n = base + "_" + std::to_string(k);
-    used_.insert(n);
-    return n;
   }
 
   // Gives every value a nested graph defines a fresh name (each inlined copy
@@ -168,9 +163,7 @@ class Inliner {
     if (it == constants_.end()) {
       std::string name = fresh(b.outputs[0]);
       g_.initializers.push_back(Initializer{name, t});
-      ValueType vt{t.dtype, Shape{}};
-      for (auto d : t.dims) vt.shape->push_back(Dim::of(d));
-      g_.types[name] = std::move(vt);
+      g_.types[name] = static_type(t.dtype, t.dims);
       it = constants_.emplace(std::move(key), name).first;
     }
     ren[b.outputs[0]] = it->second;
@@ -202,7 +195,7 @@ class Inliner {
 
   Graph& g_;
   std::map<std::pair<std::string, std::string>, const Function*> fns_;
-  std::unordered_set<std::string> used_;
+  FreshNames fresh;
   std::unordered_map<std::string, std::string> constants_;  // content -> initializer
   size_t inlined_ = 0;
 };
