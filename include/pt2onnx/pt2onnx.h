@@ -48,6 +48,17 @@ enum class TrainingMode { Eval, Training, Preserve };
 // "eval" / "training" / "preserve"; nullopt for anything else.
 std::optional<TrainingMode> training_mode_from_string(std::string_view s);
 
+// What the written graph is made for. Standard: ONNX operators only, fused
+// into the standard's own fused operators where the opset has them
+// (LayerNormalization, Gelu, RMSNormalization, Attention, ...). OnnxRuntime:
+// onnxruntime's contrib operators (domain com.microsoft, and
+// SimplifiedLayerNormalization) where onnxruntime runs them faster; such a
+// file needs onnxruntime. A target is a list of passes (src/opt/pass_list.cpp);
+// converters never ask which one is on.
+enum class Target { Standard, OnnxRuntime };
+// "standard" / "onnxruntime"; nullopt for anything else.
+std::optional<Target> target_from_string(std::string_view s);
+
 struct Options {
   int opset = 18;
   bool optimize = true;
@@ -95,6 +106,8 @@ struct Options {
   bool all_modules_as_functions = false;
   std::vector<std::string> modules_as_functions;
   bool inline_functions = false;
+  // See Target. Fusions run only with `optimize`.
+  Target target = Target::Standard;
   // Called from the converting thread as stages advance (fraction in 0..1).
   std::function<void(std::string_view stage, double fraction)> progress;
 };

@@ -21,6 +21,9 @@ from . import _core, _custom, _report, _training, _verify
 from ._capture_rules import capture_rules
 from ._training import TrainingMode
 
+# export(target=...): what the written graph is made for (see export()).
+TARGETS = ("standard", "onnxruntime")
+
 DEFAULT_OPSET = 18
 
 # torch.export (tracing, fake tensors, the serializer and our patch of its
@@ -646,6 +649,7 @@ def export(
     report: str | os.PathLike | None = None,
     export_modules_as_functions: bool | Collection[type[torch.nn.Module]] = False,
     inline: bool = False,
+    target: str = "standard",
     _state: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
@@ -690,6 +694,12 @@ def export(
     classes) as calls of ONNX model-local functions, one per class and body
     (domain: the class's Python module), weights passed as inputs;
     `inline=True` writes every function call as its body again.
+    `target`: "standard" (default) writes ONNX operators only, fused into the
+    opset's own fused operators where it has them (LayerNormalization from
+    17, Gelu from 20, RMSNormalization / Attention / RotaryEmbedding from
+    23); "onnxruntime" writes onnxruntime's contrib operators
+    (com.microsoft) where onnxruntime runs them faster; such a file needs
+    onnxruntime. Fusions run only with optimize=True.
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
     fails; the previous file at `f`, if any, is then left as it was.
     """
@@ -711,6 +721,8 @@ def export(
     all_functions, function_classes = _module_function_classes(export_modules_as_functions)
     if not isinstance(inline, bool):
         raise TypeError(f"inline must be True or False, not {inline!r}")
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {', '.join(map(repr, TARGETS))}, not {target!r}")
     if not isinstance(args, tuple):
         args = (args,) if not isinstance(args, list) else tuple(args)
     in_dim_names: dict[str, dict[int, str]] = {}
@@ -775,6 +787,7 @@ def export(
             all_modules_as_functions=all_functions,
             modules_as_functions=function_classes,
             inline_functions=inline,
+            target=target,
         )
         model_bytes = None
         if tmpdir is not None:

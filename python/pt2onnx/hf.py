@@ -224,6 +224,7 @@ def export_pretrained(
     verify: bool = True,
     atol: float = 1e-4,
     rtol: float = 1e-4,
+    target: str = "standard",
 ) -> ExportResult:
     """Exports the local transformers checkpoint at `path` (config.json +
     weights, as save_pretrained writes) for `task` to `f` (default:
@@ -235,15 +236,17 @@ def export_pretrained(
     present.<i>.key/value; one file serves prefill, with an empty cache, and
     decode), text-generation (no cache), feature-extraction (the base model),
     image-classification, seq2seq (encoder-decoder forward with
-    decoder_input_ids, no cache). The result's `checks` has the verification's
-    max abs error."""
+    decoder_input_ids, no cache). `target` is export()'s: "onnxruntime"
+    writes onnxruntime's fused operators (the decoder's inputs and outputs
+    stay the same, so one generation loop serves both targets). The result's
+    `checks` has the verification's max abs error."""
     model = load_pretrained(path, task)
     f = os.fspath(f) if f is not None else os.path.join(os.fspath(path), "model.onnx")
     inputs = _TaskInputs(model, task)
     torch.manual_seed(0)
     example = inputs.make(2, 8, 4 if task == "text-generation-with-past" else 0)
     result = export(model, (), f, kwargs=example, dynamic_shapes=inputs.dynamic_shapes(example),
-                    opset=opset)
+                    opset=opset, target=target)
     if verify:
         torch.manual_seed(1)
         sizes = ([(1, 1, 7), (3, 5, 0), (2, 3, 2)] if task == "text-generation-with-past"
@@ -263,9 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--output", help="ONNX file to write (default: PATH/model.onnx)")
     p.add_argument("--opset", type=int, default=None)
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime check")
+    p.add_argument("--target", choices=("standard", "onnxruntime"), default="standard",
+                   help="standard (default): ONNX operators; onnxruntime: onnxruntime's "
+                        "fused contrib operators where they run faster")
     a = p.parse_args(argv)
     try:
-        r = export_pretrained(a.path, a.task, a.output, opset=a.opset, verify=not a.no_verify)
+        r = export_pretrained(a.path, a.task, a.output, opset=a.opset, verify=not a.no_verify,
+                              target=a.target)
     except Exception as e:  # one clear line, no traceback, for the command
         print(f"pt2onnx-pretrained: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

@@ -35,6 +35,9 @@ void usage(FILE* out) {
       "  --external-data MODE       always (default, as torch.onnx), never (one file),\n"
       "                             auto (above ~1.8 GB); weights go to PATH.data\n"
       "  --no-optimize              write the graph as converted (no passes)\n"
+      "  --target NAME              standard (default): ONNX operators, fused where the\n"
+      "                             opset has fused ones; onnxruntime: onnxruntime's\n"
+      "                             contrib operators where they run faster\n"
       "  --fallback custom_domain   write ops with no converter as pkg.torch.ops nodes\n"
       "                             (listed on stderr) instead of failing\n"
       "  --functions FILE.onnx      custom converters: an ONNX file of functions, each\n"
@@ -172,6 +175,10 @@ int run_convert(const std::vector<std::string>& args) {
       auto mode = pt2onnx::external_data_from_string(value());
       if (!mode) throw UsageError{"--external-data must be auto, always or never"};
       o.external_data = *mode;
+    } else if (a == "--target") {
+      auto t = pt2onnx::target_from_string(value());
+      if (!t) throw UsageError{"--target must be standard or onnxruntime"};
+      o.target = *t;
     } else if (a == "--no-optimize") {
       o.optimize = false;
     } else if (a == "--fallback") {

@@ -29,6 +29,12 @@ std::optional<TrainingMode> training_mode_from_string(std::string_view s) {
   return std::nullopt;
 }
 
+std::optional<Target> target_from_string(std::string_view s) {
+  if (s == "standard") return Target::Standard;
+  if (s == "onnxruntime") return Target::OnnxRuntime;
+  return std::nullopt;
+}
+
 int ir_version_for_opset(int opset) {
   // Lowest IR version released together with each opset (onnx VERSION_TABLE).
   if (opset <= 14) return 7;
@@ -132,6 +138,7 @@ Result convert_program_from(std::string_view program_json, const std::string& so
     r.fallback_ops = find_unsupported(prog, options.opset, &custom);
   }
   auto t2 = clock::now();
+  const PassOptions pass_options{options.opset, options.target};
   if (options.all_modules_as_functions || !options.modules_as_functions.empty()) {
     // Module calls become functions before CSE, which would merge equal
     // nodes of different calls (see extract_module_functions.cpp).
@@ -142,17 +149,19 @@ Result convert_program_from(std::string_view program_json, const std::string& so
           options.opset);
     });
     if (options.optimize)
-      stage("optimizing",
-            [&] { return run_default_passes(g).size() + optimize_function_bodies(g); });
+      stage("optimizing", [&] {
+        return run_default_passes(g, pass_options).size() +
+               optimize_function_bodies(g, pass_options);
+      });
   } else if (options.optimize) {
-    stage("optimizing", [&] { return run_default_passes(g); });
+    stage("optimizing", [&] { return run_default_passes(g, pass_options); });
   }
   // Inlined bodies get the default passes again (CSE across former calls),
   // so the graph is the one a plain export writes.
   if (options.inline_functions && !g.functions.empty())
     stage("inlining functions", [&] {
       size_t n = inline_functions(g);
-      if (options.optimize) run_default_passes(g);
+      if (options.optimize) run_default_passes(g, pass_options);
       return n;
     });
   auto t3 = clock::now();

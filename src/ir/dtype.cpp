@@ -1,6 +1,8 @@
 #include "ir/dtype.h"
 
 #include <array>
+#include <cmath>
+#include <cstring>
 #include <string>
 
 namespace pt2onnx {
@@ -374,6 +376,62 @@ DType promote_types(DType a, int a_dim, DType b, int b_dim) {
   }
   if (category(lo) == 3 && category(hi) == 2) return widen_complex(lo, hi);
   return lo;
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t e = (h >> 10) & 0x1fu;
+  uint32_t m = h & 0x3ffu;
+  if (e == 0) {  // zero or subnormal: m * 2^-24
+    float v = std::ldexp(static_cast<float>(m), -24);
+    return sign ? -v : v;
+  }
+  uint32_t bits =
+      e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112u) << 23) | (m << 13));
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t mag = x & 0x7fffffffu;
+  if (mag >= 0x7f800000u)  // inf / nan
+    return static_cast<uint16_t>(sign | 0x7c00u | (mag > 0x7f800000u ? 0x200u : 0u));
+  int e = static_cast<int>(mag >> 23) - 127 + 15;
+  uint32_t m = mag & 0x7fffffu;
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (e <= 0) {  // subnormal half: h * 2^-24
+    if (e < -10) return static_cast<uint16_t>(sign);
+    m |= 0x800000u;
+    int shift = 14 - e;
+    uint32_t h = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (h & 1u))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  uint32_t h = (static_cast<uint32_t>(e) << 10) | (m >> 13);
+  uint32_t rem = m & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // a carry reaches inf correctly
+  return static_cast<uint16_t>(sign | h);
+}
+
+float bfloat16_to_float(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_bfloat16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // nan
+  x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<uint16_t>(x >> 16);
 }
 
 }  // namespace pt2onnx

@@ -52,6 +52,12 @@ DType dtype_from_schema(int64_t scalar_type);
 // messages; "" if the code is unknown.
 std::string_view schema_scalar_type_name(int64_t scalar_type);
 
+// float16 / bfloat16 bits <-> float; to 16 bits rounds to nearest, ties to even.
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+float bfloat16_to_float(uint16_t h);
+uint16_t float_to_bfloat16(float f);
+
 // Parses names as torch spells them in Python ("float32", "torch.int64", ...).
 DType dtype_from_torch_name(std::string_view name);
 

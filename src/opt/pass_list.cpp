@@ -10,23 +10,29 @@ void replace_uses(Graph& g, const std::string& from, const std::string& to) {
 
 namespace {
 
+using Pass = size_t (*)(Graph&);
+
 // Runs `fn` on the graphs nested in g's nodes (innermost first), then on g.
 // Each pass keeps what nested graphs read from g alive and renames those reads
 // with it (replace_uses and remove_unused look into nested graphs).
-size_t run_nested_first(Graph& g, size_t (*fn)(Graph&)) {
+size_t run_nested_first(Graph& g, Pass fn) {
   size_t n = 0;
   for (auto& node : g.nodes)
     for (Graph* s : subgraphs(node)) n += run_nested_first(*s, fn);
   return n + fn(g);
 }
 
-}  // namespace
+size_t run_nested_first(Graph& g, FusionPass fn, const PassOptions& o) {
+  size_t n = 0;
+  for (auto& node : g.nodes)
+    for (Graph* s : subgraphs(node)) n += run_nested_first(*s, fn, o);
+  return n + fn(g, o);
+}
 
-std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g) {
-  // Folding exposes identical constants and nodes to CSE; CSE and folding
-  // leave dead nodes for remove_unused. Two rounds reach the fixed point on
-  // the graphs converters emit; more rounds only cost time.
-  using Pass = size_t (*)(Graph&);
+// Folding exposes identical constants and nodes to CSE; CSE and folding
+// leave dead nodes for remove_unused. Two rounds reach the fixed point on
+// the graphs converters emit; more rounds only cost time.
+void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
   static const std::pair<const char*, Pass> kPasses[] = {
       {"fold_constants", fold_constants},
       {"fold_conv_batchnorm", fold_conv_batchnorm},
@@ -35,7 +41,6 @@ std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g) {
       {"eliminate_common_subexpressions", eliminate_common_subexpressions},
       {"remove_unused", remove_unused},
   };
-  std::vector<std::pair<std::string, size_t>> log;
   for (int round = 0; round < 2; ++round) {
     size_t changed = 0;
     for (auto& [name, fn] : kPasses) {
@@ -45,11 +50,44 @@ std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g) {
     }
     if (!changed) break;
   }
+}
+
+// The fusions, in the order they run: each sees the graph the ones before it
+// left (a norm fused before the residual Add + norm fusion looks for it).
+// Each decides from the opset and target whether it has anything to emit.
+const std::vector<std::pair<const char*, FusionPass>>& fusions() {
+  static const std::vector<std::pair<const char*, FusionPass>> kFusions = {};
+  return kFusions;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g, const PassOptions& o) {
+  std::vector<std::pair<std::string, size_t>> log;
+  run_cleanup(g, log);
+  size_t fused = 0;
+  for (auto& [name, fn] : fusions()) {
+    size_t n = run_nested_first(g, fn, o);
+    fused += n;
+    log.emplace_back(name, n);
+  }
+  // Fusions leave the nodes they replaced (and constants) for clean-up.
+  if (fused) run_cleanup(g, log);
+  // onnxruntime's contrib operators, wherever a fusion put them, need their
+  // domain imported by the model.
+  std::vector<const Graph*> graphs{&g};
+  while (!graphs.empty()) {
+    const Graph* x = graphs.back();
+    graphs.pop_back();
+    for (auto& n : x->nodes) {
+      if (n.domain == "com.microsoft") g.domain_versions.emplace(n.domain, 1);
+      for (const Graph* s : subgraphs(n)) graphs.push_back(s);
+    }
+  }
   return log;
 }
 
 std::vector<std::pair<std::string, size_t>> run_passes_before_functions(Graph& g) {
-  using Pass = size_t (*)(Graph&);
   static const std::pair<const char*, Pass> kPasses[] = {
       {"fold_constants", fold_constants},
       {"remove_identity", remove_identity},
@@ -60,7 +98,7 @@ std::vector<std::pair<std::string, size_t>> run_passes_before_functions(Graph& g
   return log;
 }
 
-size_t optimize_function_bodies(Graph& g) {
+size_t optimize_function_bodies(Graph& g, const PassOptions& options) {
   size_t changed = 0;
   for (Function& f : g.functions) {
     // The body as a graph: formal inputs / outputs with the types of the
@@ -86,7 +124,7 @@ size_t optimize_function_bodies(Graph& g) {
       body.nodes.push_back(std::move(n));
     }
     for (auto& i : body.inputs) body.types[i.name] = i.type;
-    for (auto& [name, n] : run_default_passes(body)) changed += n;
+    for (auto& [name, n] : run_default_passes(body, options)) changed += n;
     // Back to a body: constants it still reads as Constant nodes, first.
     std::unordered_set<std::string> read;
     for (auto& n : body.nodes)

@@ -5,8 +5,17 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "pt2onnx/pt2onnx.h"
 
 namespace pt2onnx {
+
+// What the fusion passes may emit: the opset's operators, and with
+// Target::OnnxRuntime onnxruntime's contrib operators.
+struct PassOptions {
+  int opset = 18;
+  Target target = Target::Standard;
+  bool onnxruntime() const { return target == Target::OnnxRuntime; }
+};
 
 // Each pass returns how many nodes / initializers it changed. A pass works on
 // one graph; run_default_passes also runs it on every nested graph (If / Loop /
@@ -18,6 +27,11 @@ size_t fold_conv_batchnorm(Graph& g);
 size_t remove_identity(Graph& g);
 size_t eliminate_common_subexpressions(Graph& g);
 size_t remove_unused(Graph& g);
+
+// Fusions: each rewrites the node patterns it proves equal to one fused
+// operator, and leaves every near miss alone. They take the opset and target
+// and do nothing where neither has their operator. One file each.
+using FusionPass = size_t (*)(Graph& g, const PassOptions& o);
 
 // Module calls as model-local functions (extract_module_functions.cpp): the
 // calls of the selected modules (every submodule, or those whose class is
@@ -34,14 +48,16 @@ size_t extract_module_functions(Graph& g, const ModuleSelection& selection, int 
 // merge equal nodes of different calls), then the default passes on the main
 // graph and on each function body (formal inputs / outputs kept).
 std::vector<std::pair<std::string, size_t>> run_passes_before_functions(Graph& g);
-size_t optimize_function_bodies(Graph& g);
+size_t optimize_function_bodies(Graph& g, const PassOptions& o = {});
 
 // Every call of a model-local function replaced by its body; the functions
 // are dropped. Returns the number of calls inlined.
 size_t inline_functions(Graph& g);
 
-// Runs the default pipeline; returns (pass name, changes) for each run.
-std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g);
+// Runs the default pipeline: the clean-up passes, then the fusions of the
+// opset and target (o), then the clean-up passes again; returns (pass name,
+// changes) for each run.
+std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g, const PassOptions& o = {});
 
 // Replaces every use of `from` by `to` in node inputs, nested graphs
 // included (not the outputs of `g`).
