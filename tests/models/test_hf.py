@@ -113,15 +113,23 @@ def _ort_greedy(path, input_ids, attention_mask, n_layers, new_tokens):
     return np.concatenate(tokens, 1)
 
 
-@pytest.mark.parametrize("arch", [
-    pytest.param(a, marks=[] if a in ("llama", "gpt2") else [pytest.mark.slow])
-    for a in sorted(DECODERS)])
-def test_greedy_generation_in_onnxruntime(arch, tmp_path):
+# Each decoder with the fusions on: the default (opset 18), opset 23 (ONNX's
+# Attention, RMSNormalization, RotaryEmbedding) and onnxruntime's operators.
+GENERATION_CONFIGS = [("opset18", 18, "standard"), ("opset23", 23, "standard"),
+                      ("ort", 18, "onnxruntime")]
+
+
+@pytest.mark.parametrize("arch,opset,target", [
+    pytest.param(a, opset, target, id=f"{a}-{cid}",
+                 marks=[] if a in ("llama", "gpt2") else [pytest.mark.slow])
+    for a in sorted(DECODERS) for cid, opset, target in GENERATION_CONFIGS])
+def test_greedy_generation_in_onnxruntime(arch, opset, target, tmp_path):
     torch.manual_seed(0)
     model = DECODERS[arch]().eval()
     ckpt = _save(model, tmp_path / arch)
     onnx_path = str(tmp_path / f"{arch}.onnx")
-    r = hf.export_pretrained(ckpt, "text-generation-with-past", onnx_path)
+    r = hf.export_pretrained(ckpt, "text-generation-with-past", onnx_path, opset=opset,
+                             target=target)
     assert r.checks["max_abs_error"] < 1e-4
 
     m = onnx.load(onnx_path)

@@ -1,23 +1,32 @@
 """The model zoo (zoo.py) end to end: export with dynamic batch (and
 sequence) sizes, onnx.checker's full check, and onnxruntime against PyTorch on
 fresh inputs at two other sizes (atol 1e-4 scaled by the output's magnitude,
-rtol 1e-4). Entries not marked quick are `slow` (skipped by make test-quick)."""
+rtol 1e-4). Entries not marked quick are `slow` (skipped by make test-quick).
+
+Each model is exported with the fusions on (the default) at opset 18 and 23
+on the standard target, and for onnxruntime at opset 18 and 23: the fused
+graphs must match PyTorch as the plain ones do."""
 
 import pytest
 
 import zoo_check
 from zoo import ZOO
 
+# (id, opset, target)
+CONFIGS = [("opset18", 18, "standard"), ("opset23", 23, "standard"),
+           ("ort18", 18, "onnxruntime"), ("ort23", 23, "onnxruntime")]
 
-def _param(name):
+
+def _param(name, config):
     marks = [] if ZOO[name].quick else [pytest.mark.slow]
-    return pytest.param(name, marks=marks, id=name)
+    return pytest.param(name, *config[1:], marks=marks, id=f"{name}-{config[0]}")
 
 
-@pytest.mark.parametrize("name", [_param(n) for n in ZOO])
-def test_zoo_model(name, tmp_path):
+@pytest.mark.parametrize("name,opset,target",
+                         [_param(n, c) for n in ZOO for c in CONFIGS])
+def test_zoo_model(name, opset, target, tmp_path):
     path = str(tmp_path / f"{name}.onnx")
-    result = zoo_check.export(name, path)
+    result = zoo_check.export(name, path, opset=opset, target=target)
     assert result.nodes > 0
     errors = zoo_check.compare(name, path)
     assert len(errors) == len(ZOO[name].check_sizes)
