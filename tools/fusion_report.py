@@ -2,10 +2,8 @@
 (tests/models/zoo.py) and every decoder of the generation test
 (tests/models/test_hf.py, exported with its KV cache through
 export_pretrained) exported at opset 18 and 23 on the standard target and
-for onnxruntime; writes docs/fusions.md with the fused operators found in
-each file and the node count against the unfused export (optimize=True
-without fusions is not an option users have, so the baseline is opset 18
-standard, which has no fused operator to emit).
+for onnxruntime; writes docs/fusions.md with the node count and the fused
+operators of each file.
 
     python tools/fusion_report.py [--models a,b] [--out docs/fusions.md]
 """
