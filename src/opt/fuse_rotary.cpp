@@ -376,8 +376,8 @@ class Emitter {
     int64_t d = xs[3].value;
     if ((bshd || m.rotary_dim) && !(bshd ? xs[2] : xs[1]).is_static()) return {};
     std::vector<Node> out;
-    std::string cos = cache(m.cos, last, out);
-    std::string sin = cache(m.sin, last, out);
+    std::string cos = cache(m.cos, out);
+    std::string sin = cache(m.sin, out);
     DType dt = g_.type_of(m.input)->dtype;
     std::string x = m.input;
     std::string y = last.outputs[0];
@@ -436,7 +436,7 @@ class Emitter {
   }
 
   // The half-size cache: the elementwise ops of `s` applied to s.a.
-  std::string cache(const CacheSource& s, const Node& like, std::vector<Node>& out) {
+  std::string cache(const CacheSource& s, std::vector<Node>& out) {
     std::string key = s.a;
     for (const Node* n : s.replay) key += "|" + n->outputs[0];
     auto it = caches_.find(key);
@@ -448,7 +448,7 @@ class Emitter {
       for (auto& i : in)
         if (ix_.constant(i) == nullptr) i = v;
       std::string o = fresh(n->outputs[0] + "_half", g_.type_of(n->outputs[0])->dtype, shape);
-      Node copy = node(n->op_type, in, {o}, n->attrs, like);
+      Node copy = node(n->op_type, in, {o}, n->attrs, *n);
       out.push_back(std::move(copy));
       v = o;
     }
