@@ -112,6 +112,24 @@ def test_llama_rotate_half(tmp_onnx, opset, target, domain):
     assert_matches(m, tmp_onnx, fresh, atol=TOL, rtol=TOL)
 
 
+@pytest.mark.parametrize("opset,target,domain", TARGETS)
+def test_llama_rotate_half_float16(tmp_onnx, opset, target, domain):
+    # cos / sin computed in float32 and Cast to float16 (rotary_emb's
+    # .to(x.dtype)): the Cast is replayed on the half-size cache.
+    m = LlamaRope().eval().half()
+    args = (torch.randn(2, 4, 5, 16).half(), torch.randn(2, 2, 5, 16).half(),
+            torch.arange(5).expand(2, 5))
+    export(m, args, ({0: B, 2: S}, {0: B, 2: S}, {0: B, 1: S}), tmp_onnx, opset, target)
+    assert len(rotary_nodes(tmp_onnx)) == 2
+    torch.manual_seed(3)
+    fresh = {"q": torch.randn(3, 4, 7, 16).half(), "k": torch.randn(3, 2, 7, 16).half(),
+             "position_ids": torch.randint(0, 200, (3, 7))}
+    # PyTorch rounds each of x * cos, rot * sin and their sum to float16; the
+    # fused kernel's rounding differs: a couple of float16 ulps at |values| < 8
+    # (measured max 2e-3).
+    assert_matches(m, tmp_onnx, fresh, atol=8e-3, rtol=1e-3)
+
+
 def test_llama_rotate_half_opset18_standard_unfused(tmp_onnx):
     m = LlamaRope().eval()
     args = (torch.randn(2, 4, 5, 16), torch.randn(2, 2, 5, 16), torch.arange(5).expand(2, 5))
