@@ -56,7 +56,11 @@ void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
 // left (a norm fused before the residual Add + norm fusion looks for it).
 // Each decides from the opset and target whether it has anything to emit.
 const std::vector<std::pair<const char*, FusionPass>>& fusions() {
-  static const std::vector<std::pair<const char*, FusionPass>> kFusions = {};
+  static const std::vector<std::pair<const char*, FusionPass>> kFusions = {
+      // After the norm and gelu fusions, before attention (which reads the
+      // rotated q / k).
+      {"fuse_rotary", fuse_rotary},
+  };
   return kFusions;
 }
 

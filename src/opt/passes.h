@@ -33,6 +33,10 @@ size_t remove_unused(Graph& g);
 // and do nothing where neither has their operator. One file each.
 using FusionPass = size_t (*)(Graph& g, const PassOptions& o);
 
+// Rotary position embedding (rotate_half and interleaved, full or partial)
+// as one RotaryEmbedding (fuse_rotary.cpp).
+size_t fuse_rotary(Graph& g, const PassOptions& o);
+
 // Module calls as model-local functions (extract_module_functions.cpp): the
 // calls of the selected modules (every submodule, or those whose class is
 // listed: "pkg.mod.Block", or a bare "Block") become function calls.
