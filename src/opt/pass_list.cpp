@@ -56,7 +56,12 @@ void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
 // left (a norm fused before the residual Add + norm fusion looks for it).
 // Each decides from the opset and target whether it has anything to emit.
 const std::vector<std::pair<const char*, FusionPass>>& fusions() {
-  static const std::vector<std::pair<const char*, FusionPass>> kFusions = {};
+  static const std::vector<std::pair<const char*, FusionPass>> kFusions = {
+      {"fuse_layer_norm", fuse_layer_norm},
+      {"fuse_rms_norm", fuse_rms_norm},
+      // skip norm runs after the attention and activation fusions
+      {"fuse_skip_norm", fuse_skip_norm},
+  };
   return kFusions;
 }
 
