@@ -75,6 +75,8 @@ std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g, const P
     size_t n = run_nested_first(g, fn, o);
     fused += n;
     log.emplace_back(name, n);
+    // The replaced nodes go before the next fusion counts readers.
+    if (n) run_nested_first(g, remove_unused);
   }
   // Fusions leave the nodes they replaced (and constants) for clean-up.
   if (fused) run_cleanup(g, log);

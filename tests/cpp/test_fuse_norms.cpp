@@ -610,3 +610,25 @@ TEST(FuseSkipNorm, NearMisses) {
     EXPECT_EQ(fuse_skip(s), 0u);
   }
 }
+
+// The RMS norm fusion leaves its replaced nodes behind; they must not count
+// as readers of the residual sum when the skip fusion runs after it.
+TEST(FuseSkipNorm, AfterRmsFusionSumReadOnlyByNorm) {
+  GraphBuilder b(18);
+  b.add_input("a", tensor(DType::Float, {2, 3, kD}));
+  b.add_input("b", tensor(DType::Float, {2, 3, kD}));
+  b.add_input("w", tensor(DType::Float, {kD}));
+  std::string x = b.op("Add", {"a", "b"});
+  std::string ms = b.op("ReduceMean", {b.op("Mul", {x, x}), b.const_i64({-1})});
+  std::string r =
+      b.op("Reciprocal", {b.op("Sqrt", {b.op("Add", {ms, b.scalar(DType::Float, 1e-6)})})});
+  std::string y = b.op("Mul", {"w", b.op("Mul", {x, r})});
+  b.add_output(y, b.type(y));
+  Graph g = b.take();
+  run_default_passes(g, kOrt18);
+  ASSERT_EQ(g.nodes.size(), 1u);
+  const Node& n = g.nodes[0];
+  EXPECT_EQ(n.op_type, "SkipSimplifiedLayerNormalization");
+  EXPECT_EQ(n.inputs, (std::vector<std::string>{"a", "b", "w"}));
+  EXPECT_EQ(n.outputs, (std::vector<std::string>{y}));
+}
