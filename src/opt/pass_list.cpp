@@ -57,9 +57,13 @@ void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
 // Each decides from the opset and target whether it has anything to emit.
 const std::vector<std::pair<const char*, FusionPass>>& fusions() {
   static const std::vector<std::pair<const char*, FusionPass>> kFusions = {
+      {"fuse_layer_norm", fuse_layer_norm},
+      {"fuse_rms_norm", fuse_rms_norm},
       // After the norm and gelu fusions, before attention (which reads the
       // rotated q / k).
       {"fuse_rotary", fuse_rotary},
+      // skip norm runs after the attention and activation fusions
+      {"fuse_skip_norm", fuse_skip_norm},
   };
   return kFusions;
 }
@@ -74,6 +78,8 @@ std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g, const P
     size_t n = run_nested_first(g, fn, o);
     fused += n;
     log.emplace_back(name, n);
+    // The replaced nodes go before the next fusion counts readers.
+    if (n) run_nested_first(g, remove_unused);
   }
   // Fusions leave the nodes they replaced (and constants) for clean-up.
   if (fused) run_cleanup(g, log);

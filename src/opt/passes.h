@@ -32,6 +32,9 @@ size_t remove_unused(Graph& g);
 // operator, and leaves every near miss alone. They take the opset and target
 // and do nothing where neither has their operator. One file each.
 using FusionPass = size_t (*)(Graph& g, const PassOptions& o);
+size_t fuse_layer_norm(Graph& g, const PassOptions& o);
+size_t fuse_rms_norm(Graph& g, const PassOptions& o);
+size_t fuse_skip_norm(Graph& g, const PassOptions& o);
 
 // Rotary position embedding (rotate_half and interleaved, full or partial)
 // as one RotaryEmbedding (fuse_rotary.cpp).
