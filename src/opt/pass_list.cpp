@@ -56,7 +56,13 @@ void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
 // left (a norm fused before the residual Add + norm fusion looks for it).
 // Each decides from the opset and target whether it has anything to emit.
 const std::vector<std::pair<const char*, FusionPass>>& fusions() {
-  static const std::vector<std::pair<const char*, FusionPass>> kFusions = {};
+  static const std::vector<std::pair<const char*, FusionPass>> kFusions = {
+      // After the norm fusions, before rotary / attention.
+      {"fuse_gelu", fuse_gelu},
+      // At the end, after attention (which reads the MatMuls it replaces).
+      {"fuse_matmul_transpose", fuse_matmul_transpose},
+      {"fuse_gemm", fuse_gemm},
+  };
   return kFusions;
 }
 

@@ -32,6 +32,10 @@ size_t remove_unused(Graph& g);
 // operator, and leaves every near miss alone. They take the opset and target
 // and do nothing where neither has their operator. One file each.
 using FusionPass = size_t (*)(Graph& g, const PassOptions& o);
+size_t fuse_gelu(Graph& g, const PassOptions& o);
+size_t fuse_matmul_transpose(Graph& g, const PassOptions& o);
+size_t fuse_gemm(Graph& g, const PassOptions& o);
+size_t fuse_qkv_matmul(Graph& g, const PassOptions& o);
 
 // Module calls as model-local functions (extract_module_functions.cpp): the
 // calls of the selected modules (every submodule, or those whose class is
