@@ -11,6 +11,16 @@
 // W is new owned bytes: a copy of the projection weights made at export time
 // (named `<first weight>.packed`); the W_i are no longer read and are dropped.
 //
+// Not in fusions() (pass_list.cpp): it did not run measurably faster.
+// onnxruntime 1.32 CPU, 2 intra-op threads, target onnxruntime, opset 18,
+// interleaved runs, medians (ratio packed / unpacked), on a shared 2-core
+// machine under load (load average 10-13, so single runs vary by +-10%):
+// transformers LLaMA hidden 128 / 2 layers: prefill 128 tokens 1.09, 0.97,
+// 1.13, 1.01; decode past 128: 0.93, 0.98, 0.97, 1.00; decode batch 4 past
+// 512: 0.95, 0.96, 0.94, 0.97. Hidden 512 / 4 layers / vocab 32000: prefill
+// 0.95, 1.01, 0.96; decode past 128: 1.14, 1.06, 0.98; decode batch 4 past
+// 512: 1.02, 1.00, 1.00. Outputs identical (max diff 0).
+//
 // Left alone: weights that are not constants or are read elsewhere too
 // (tied weights: packing would write their bytes twice), different K or
 // types, a MatMul whose A differs, single projections.
