@@ -59,11 +59,16 @@ const std::vector<std::pair<const char*, FusionPass>>& fusions() {
   static const std::vector<std::pair<const char*, FusionPass>> kFusions = {
       {"fuse_layer_norm", fuse_layer_norm},
       {"fuse_rms_norm", fuse_rms_norm},
+      // After the norm fusions, before rotary / attention.
+      {"fuse_gelu", fuse_gelu},
       // After the norm and gelu fusions, before attention (which reads the
       // rotated q / k).
       {"fuse_rotary", fuse_rotary},
       // skip norm runs after the attention and activation fusions
       {"fuse_skip_norm", fuse_skip_norm},
+      // At the end, after attention (which reads the MatMuls it replaces).
+      {"fuse_matmul_transpose", fuse_matmul_transpose},
+      {"fuse_gemm", fuse_gemm},
   };
   return kFusions;
 }

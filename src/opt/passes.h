@@ -39,6 +39,10 @@ size_t fuse_skip_norm(Graph& g, const PassOptions& o);
 // Rotary position embedding (rotate_half and interleaved, full or partial)
 // as one RotaryEmbedding (fuse_rotary.cpp).
 size_t fuse_rotary(Graph& g, const PassOptions& o);
+size_t fuse_gelu(Graph& g, const PassOptions& o);
+size_t fuse_matmul_transpose(Graph& g, const PassOptions& o);
+size_t fuse_gemm(Graph& g, const PassOptions& o);
+size_t fuse_qkv_matmul(Graph& g, const PassOptions& o);
 
 // Module calls as model-local functions (extract_module_functions.cpp): the
 // calls of the selected modules (every submodule, or those whose class is
