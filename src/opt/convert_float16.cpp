@@ -30,6 +30,11 @@
 //     Reciprocal). So a hand-written RMS norm or LayerNorm computes its
 //     statistics in float32 and normalizes the float16 input by a float16
 //     factor;
+//   - Casts of integers to float32 (positions, an arange: float16 holds
+//     integers exactly only up to 2048), grown forwards through elementwise
+//     functions and data movement: a rotary table's position * inv_freq ->
+//     Concat -> Cos / Sin is computed in float32, its [-1, 1] result used in
+//     float16;
 //   - ops the opset does not define for the target type (Range before 27,
 //     CumSum before 14, QuantizeLinear / DequantizeLinear before 19, and for
 //     bfloat16 Conv / pooling / ... before 22), and the inputs ONNX types
@@ -197,6 +202,16 @@ bool elementwise(const Node& n) {
   return n.domain.empty() && !n.has_subgraphs() && kOps.count(n.op_type);
 }
 
+// Ops an island grows forwards through besides those: more elementwise
+// functions and the data movement between them (a rotary table's Concat /
+// Unsqueeze between the angle and its Cos).
+bool forward_growable(const Node& n) {
+  static const std::unordered_set<std::string_view> kOps = {
+      "Cos",       "Sin",     "Tanh",   "Sigmoid", "Erf",     "Transpose", "Concat", "Reshape",
+      "Unsqueeze", "Squeeze", "Expand", "Slice",   "Flatten", "Identity",  "Tile",   "Gather"};
+  return elementwise(n) || (n.domain.empty() && !n.has_subgraphs() && kOps.count(n.op_type));
+}
+
 // Inputs ONNX types tensor(float) whatever the node's T.
 bool float32_input(const Node& n, size_t k, int opset) {
   if (!n.domain.empty()) return false;
@@ -214,6 +229,8 @@ bool float32_output(const Node& n, size_t j) {
     return j == 1 || j == 2;
   return false;
 }
+
+bool is_op_named(const Node& n, std::string_view op) { return n.domain.empty() && n.op_type == op; }
 
 bool computes_norm_statistics(const Node& n) {
   const std::string& op = n.op_type;
@@ -267,6 +284,15 @@ struct Scopes {
   }
 };
 
+// A Cast of integers (positions, counts, an arange) to float32: float16 holds
+// integers exactly only up to 2048, and a rotary angle position * inv_freq
+// needs float32 (at position 4000 float16's step is 2 radians).
+bool int_to_float(const Node& n, const Scopes& scopes) {
+  if (!is_op_named(n, "Cast") || n.inputs.empty() || !scopes.is_float(n.outputs[0])) return false;
+  const ValueType* t = scopes.type(n.inputs[0]);
+  return t && (is_integral(t->dtype) || t->dtype == DType::Bool);
+}
+
 class Converter {
  public:
   Converter(DType to, int opset, FreshNames& fresh) : to_(to), opset_(opset), fresh_(fresh) {}
@@ -314,7 +340,8 @@ class Converter {
     for (size_t i = 0; i < count; ++i) {
       const Node& n = g.nodes[i];
       if (n.has_subgraphs() || !has_float_io(n)) continue;
-      if ((precision_sensitive(n) && is_float(n.inputs[0])) || !op_admits(n, to_, opset_)) {
+      if ((precision_sensitive(n) && is_float(n.inputs[0])) || int_to_float(n, scopes) ||
+          !op_admits(n, to_, opset_)) {
         island[i] = 1;
         work.push_back(i);
       }
@@ -343,7 +370,7 @@ class Converter {
     }
     for (size_t i = 0; i < count; ++i) {
       const Node& n = g.nodes[i];
-      if (island[i] || !elementwise(n)) continue;
+      if (island[i] || !forward_growable(n)) continue;
       bool from_island = false, all = true;
       for (auto& v : n.inputs) {
         if (!is_float(v)) continue;
