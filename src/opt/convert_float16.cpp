@@ -385,8 +385,8 @@ class Converter {
 
     // Which float32 values stay float32: island outputs, the norm
     // statistics, and initializers read only where float32 is wanted.
-    auto wants32 = [&](size_t i, size_t k) {
-      return island[i] || float32_input(g.nodes[i], k, opset_);
+    auto wants32 = [&](size_t i, const Node& n, size_t k) {
+      return island[i] || float32_input(n, k, opset_);
     };
     std::unordered_set<std::string> keep32;
     for (size_t i = 0; i < count; ++i) {
@@ -403,7 +403,7 @@ class Converter {
         const Node& n = g.nodes[c];
         for (size_t k = 0; k < n.inputs.size(); ++k) {
           if (n.inputs[k] != init.name) continue;
-          if (wants32(c, k))
+          if (wants32(c, n, k))
             any32 = true;
           else
             only32 = false;
@@ -458,7 +458,7 @@ class Converter {
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         const std::string v = n.inputs[k];
         if (!is_float(v)) continue;
-        const bool want32 = wants32(i, k), have32 = keep32.count(v) > 0;
+        const bool want32 = wants32(i, n, k), have32 = keep32.count(v) > 0;
         if (want32 == have32) continue;
         auto& cache = want32 ? as32 : as16;
         auto it = cache.find(v);

@@ -235,3 +235,33 @@ TEST(ConvertFloat16, RefusesModelLocalFunctions) {
   g.functions.push_back(Function{});
   EXPECT_THROW(convert_float16(g, DType::Float16, 18), Error);
 }
+
+// Resize's scales are tensor(float) whatever X's type: a scales initializer
+// stays float32, a scales value computed in float16 is cast back.
+TEST(ConvertFloat16, ResizeScalesStayFloat32) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::of(1), Dim::of(1), Dim::of(2), Dim::of(2)}));
+  b.add_input("s", f32({Dim::of(4)}));
+  std::string scales = b.initializer(
+      "scales", TensorData::from_vector(DType::Float, {4}, std::vector<float>{1, 1, 2, 2}));
+  ValueType out = f32({Dim::of(1), Dim::of(1), Dim::of(4), Dim::of(4)});
+  std::string y = b.op("Resize", {"x", "", scales}, {}, out);
+  std::string z = b.op("Resize", {"x", "", "s"}, {}, out);
+  b.add_output(y, out);
+  b.add_output(z, out);
+  Graph g = b.take();
+  run_default_passes(g, PassOptions{18, Target::Standard, DType::Float16});
+  EXPECT_EQ(find_init(g, "scales")->data.dtype, DType::Float);
+  const Node* ry = producer(g, y);
+  ASSERT_TRUE(ry && ry->op_type == "Resize");
+  EXPECT_EQ(ry->inputs[0], "x");
+  EXPECT_EQ(ry->inputs[2], "scales");
+  EXPECT_EQ(type_of(g, y), DType::Float16);
+  const Node* rz = producer(g, z);
+  ASSERT_TRUE(rz && rz->op_type == "Resize");
+  const Node* c = producer(g, rz->inputs[2]);
+  ASSERT_TRUE(c && c->op_type == "Cast");
+  EXPECT_EQ(c->inputs[0], "s");
+  EXPECT_EQ(cast_to(*c), static_cast<int64_t>(DType::Float));
+  EXPECT_EQ(g.inputs[1].type.dtype, DType::Float16);
+}

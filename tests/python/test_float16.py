@@ -30,7 +30,8 @@ def _initializer_bytes(path):
     m = onnx.load(path)  # external data loaded too
     total = {}
     for t in m.graph.initializer:
-        total[t.data_type] = total.get(t.data_type, 0) + len(onnx.numpy_helper.to_array(t).tobytes())
+        nbytes = len(onnx.numpy_helper.to_array(t).tobytes())
+        total[t.data_type] = total.get(t.data_type, 0) + nbytes
     return total
 
 
