@@ -59,6 +59,15 @@ enum class Target { Standard, OnnxRuntime };
 // "standard" / "onnxruntime"; nullopt for anything else.
 std::optional<Target> target_from_string(std::string_view s);
 
+// The float type the graph computes in. Float32: as captured (the float32
+// path is untouched). Float16 / BFloat16: float32 weights, inputs, outputs
+// and computation become that type, except the computations precision needs
+// in float32 (norm statistics, softmax, summing reductions), which are cast
+// to float32 and back (src/opt/convert_float16.cpp). float64 stays float64.
+enum class OutputDType { Float32, Float16, BFloat16 };
+// "float32" / "float16" / "bfloat16"; nullopt for anything else.
+std::optional<OutputDType> output_dtype_from_string(std::string_view s);
+
 struct Options {
   int opset = 18;
   bool optimize = true;
@@ -108,6 +117,9 @@ struct Options {
   bool inline_functions = false;
   // See Target. Fusions run only with `optimize`.
   Target target = Target::Standard;
+  // See OutputDType. Applied with or without `optimize`; not with module
+  // functions kept as functions.
+  OutputDType dtype = OutputDType::Float32;
   // Called from the converting thread as stages advance (fraction in 0..1).
   std::function<void(std::string_view stage, double fraction)> progress;
 };

@@ -24,6 +24,25 @@ from ._training import TrainingMode
 # export(target=...): what the written graph is made for (see export()).
 TARGETS = ("standard", "onnxruntime")
 
+# export(dtype=...): the float type the written model computes in, and the
+# default verify_tolerance (atol, rtol) against PyTorch in float32 for each.
+# float16 keeps 11 significant bits (relative step 9.8e-4), bfloat16 8 (7.8e-3):
+# every rounded weight, input and intermediate adds errors of that order, so
+# outputs of order 1 agree to ~1e-2 (float16) / ~5e-2 (bfloat16), not 1e-4.
+DTYPES = {None: "float32", torch.float32: "float32", torch.float16: "float16",
+          torch.bfloat16: "bfloat16", "float32": "float32", "float16": "float16",
+          "bfloat16": "bfloat16"}
+DTYPE_TOLERANCE = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)}
+
+
+def dtype_name(dtype: Any) -> str:
+    """"float32" / "float16" / "bfloat16" for export(dtype=...); ValueError otherwise."""
+    try:
+        return DTYPES[dtype]
+    except (KeyError, TypeError):
+        raise ValueError("dtype must be torch.float32 (or None), torch.float16 or torch.bfloat16, "
+                         f"not {dtype!r}") from None
+
 DEFAULT_OPSET = 18
 
 # torch.export (tracing, fake tensors, the serializer and our patch of its
@@ -645,11 +664,12 @@ def export(
     custom_opsets: Mapping[str, int] | None = None,
     training: TrainingMode = TrainingMode.EVAL,
     verify: bool = False,
-    verify_tolerance: tuple[float, float] = (1e-4, 1e-4),
+    verify_tolerance: tuple[float, float] | None = None,
     report: str | os.PathLike | None = None,
     export_modules_as_functions: bool | Collection[type[torch.nn.Module]] = False,
     inline: bool = False,
     target: str = "standard",
+    dtype: torch.dtype | str | None = None,
     _state: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
@@ -672,7 +692,8 @@ def export(
     in onnxruntime against PyTorch on the example inputs and, with dynamic
     dims, on inputs whose dynamic dims are one larger; the max differences go
     to the result's `checks["verify"]`, and differences beyond
-    `verify_tolerance` (atol, rtol) raise pt2onnx.VerificationError. Returns
+    `verify_tolerance` (atol, rtol; default (1e-4, 1e-4), with dtype float16
+    (1e-2, 1e-2), bfloat16 (5e-2, 5e-2)) raise pt2onnx.VerificationError. Returns
     an ExportResult with per-stage timings. `report="export.md"` writes a
     markdown report of the export (stages and times, inputs and outputs,
     the op histogram, ops without a converter, the verification), also when
@@ -700,6 +721,14 @@ def export(
     23); "onnxruntime" writes onnxruntime's contrib operators
     (com.microsoft) where onnxruntime runs them faster; such a file needs
     onnxruntime. Fusions run only with optimize=True.
+    `dtype`: torch.float32 / None (default: as captured), torch.float16 or
+    torch.bfloat16 (or their names) writes the model's float32 weights, inputs,
+    outputs (a KV cache included) and computation in that type, keeping in
+    float32 what precision needs: norm statistics (hand-written norms' mean
+    of squares, the fused norms' stash_type=1), softmax and summing
+    reductions, cast to float32 and back. The weights are converted in a
+    copy at export time; float64 values stay float64. Capture the model in
+    float32: the comparison with PyTorch (verify=True) runs it in float32.
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
     fails; the previous file at `f`, if any, is then left as it was.
     """
@@ -723,6 +752,7 @@ def export(
         raise TypeError(f"inline must be True or False, not {inline!r}")
     if target not in TARGETS:
         raise ValueError(f"target must be one of {', '.join(map(repr, TARGETS))}, not {target!r}")
+    dtype = dtype_name(dtype)
     if not isinstance(args, tuple):
         args = (args,) if not isinstance(args, list) else tuple(args)
     in_dim_names: dict[str, dict[int, str]] = {}
@@ -788,6 +818,7 @@ def export(
             modules_as_functions=function_classes,
             inline_functions=inline,
             target=target,
+            dtype=dtype,
         )
         model_bytes = None
         if tmpdir is not None:
@@ -830,7 +861,7 @@ def export(
             raise ValueError("verify=True cannot run a model with pkg.torch.ops fallback nodes "
                              "in onnxruntime")
         t4 = time.perf_counter()
-        atol, rtol = verify_tolerance
+        atol, rtol = verify_tolerance if verify_tolerance is not None else DTYPE_TOLERANCE[dtype]
         with _training.module_mode(model, training):
             result.checks["verify"] = _verify.verify(
                 path if f is not None else model_bytes, model, args, kwargs, atol, rtol)

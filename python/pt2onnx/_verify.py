@@ -44,7 +44,16 @@ def _feeds(sess, args, kwargs) -> dict[str, np.ndarray]:
     if len(leaves) != len(names):
         raise VerificationError(f"verify: cannot match the example inputs ({len(leaves)} tensors) "
                                 f"to the model's {len(names)} inputs")
-    return {n: _as_numpy(v) for n, v in zip(names, leaves)}
+    feeds = {n: _as_numpy(v) for n, v in zip(names, leaves)}
+    # A float16 model (export(dtype=torch.float16)) takes float16 where
+    # PyTorch, run in float32, takes float32.
+    for i in sess.get_inputs():
+        if i.type == "tensor(float16)" and feeds[i.name].dtype == np.float32:
+            feeds[i.name] = feeds[i.name].astype(np.float16)
+        elif i.type == "tensor(bfloat16)":
+            raise VerificationError("verify: onnxruntime's Python API takes no bfloat16 arrays "
+                                    f"(input {i.name!r}); check a bfloat16 model another way")
+    return feeds
 
 
 def _grown(args, kwargs, sess):

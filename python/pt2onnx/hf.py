@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from . import _export as _export_mod
 from . import _verify as _verify_mod
 from ._export import ExportResult, export
 
@@ -222,9 +223,10 @@ def export_pretrained(
     *,
     opset: int | None = None,
     verify: bool = True,
-    atol: float = 1e-4,
-    rtol: float = 1e-4,
+    atol: float | None = None,
+    rtol: float | None = None,
     target: str = "standard",
+    dtype: torch.dtype | str | None = None,
 ) -> ExportResult:
     """Exports the local transformers checkpoint at `path` (config.json +
     weights, as save_pretrained writes) for `task` to `f` (default:
@@ -238,15 +240,23 @@ def export_pretrained(
     image-classification, seq2seq (encoder-decoder forward with
     decoder_input_ids, no cache). `target` is export()'s: "onnxruntime"
     writes onnxruntime's fused operators (the decoder's inputs and outputs
-    stay the same, so one generation loop serves both targets). The result's
-    `checks` has the verification's max abs error."""
+    stay the same, so one generation loop serves both targets). `dtype` is
+    export()'s too: torch.float16 writes weights, logits and the KV cache in
+    float16 (the model is loaded and compared in float32). `atol` / `rtol`
+    default to export()'s verify tolerance of the dtype: 1e-4 for float32,
+    1e-2 for float16. The result's `checks` has the verification's max abs
+    error."""
+    name = _export_mod.dtype_name(dtype)
+    default_atol, default_rtol = _export_mod.DTYPE_TOLERANCE[name]
+    atol = default_atol if atol is None else atol
+    rtol = default_rtol if rtol is None else rtol
     model = load_pretrained(path, task)
     f = os.fspath(f) if f is not None else os.path.join(os.fspath(path), "model.onnx")
     inputs = _TaskInputs(model, task)
     torch.manual_seed(0)
     example = inputs.make(2, 8, 4 if task == "text-generation-with-past" else 0)
     result = export(model, (), f, kwargs=example, dynamic_shapes=inputs.dynamic_shapes(example),
-                    opset=opset, target=target)
+                    opset=opset, target=target, dtype=name)
     if verify:
         torch.manual_seed(1)
         sizes = ([(1, 1, 7), (3, 5, 0), (2, 3, 2)] if task == "text-generation-with-past"
@@ -269,10 +279,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", choices=("standard", "onnxruntime"), default="standard",
                    help="standard (default): ONNX operators; onnxruntime: onnxruntime's "
                         "fused contrib operators where they run faster")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
+                   help="float type of the weights, inputs, outputs and compute (default "
+                        "float32); norm statistics, softmax and sums stay float32")
     a = p.parse_args(argv)
     try:
         r = export_pretrained(a.path, a.task, a.output, opset=a.opset, verify=not a.no_verify,
-                              target=a.target)
+                              target=a.target, dtype=a.dtype)
     except Exception as e:  # one clear line, no traceback, for the command
         print(f"pt2onnx-pretrained: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

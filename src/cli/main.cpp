@@ -38,6 +38,9 @@ void usage(FILE* out) {
       "  --target NAME              standard (default): ONNX operators, fused where the\n"
       "                             opset has fused ones; onnxruntime: onnxruntime's\n"
       "                             contrib operators where they run faster\n"
+      "  --dtype TYPE               float32 (default), float16 or bfloat16: weights,\n"
+      "                             inputs, outputs and compute in that type; norm\n"
+      "                             statistics, softmax and sums stay float32\n"
       "  --fallback custom_domain   write ops with no converter as pkg.torch.ops nodes\n"
       "                             (listed on stderr) instead of failing\n"
       "  --functions FILE.onnx      custom converters: an ONNX file of functions, each\n"
@@ -179,6 +182,10 @@ int run_convert(const std::vector<std::string>& args) {
       auto t = pt2onnx::target_from_string(value());
       if (!t) throw UsageError{"--target must be standard or onnxruntime"};
       o.target = *t;
+    } else if (a == "--dtype") {
+      auto d = pt2onnx::output_dtype_from_string(value());
+      if (!d) throw UsageError{"--dtype must be float32, float16 or bfloat16"};
+      o.dtype = *d;
     } else if (a == "--no-optimize") {
       o.optimize = false;
     } else if (a == "--fallback") {

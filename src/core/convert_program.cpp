@@ -35,6 +35,13 @@ std::optional<Target> target_from_string(std::string_view s) {
   return std::nullopt;
 }
 
+std::optional<OutputDType> output_dtype_from_string(std::string_view s) {
+  if (s == "float32") return OutputDType::Float32;
+  if (s == "float16") return OutputDType::Float16;
+  if (s == "bfloat16") return OutputDType::BFloat16;
+  return std::nullopt;
+}
+
 int ir_version_for_opset(int opset) {
   // Lowest IR version released together with each opset (onnx VERSION_TABLE).
   if (opset <= 14) return 7;
@@ -138,7 +145,14 @@ Result convert_program_from(std::string_view program_json, const std::string& so
     r.fallback_ops = find_unsupported(prog, options.opset, &custom);
   }
   auto t2 = clock::now();
+  const DType dtype = options.dtype == OutputDType::Float16    ? DType::Float16
+                      : options.dtype == OutputDType::BFloat16 ? DType::BFloat16
+                                                               : DType::Float;
+  // The float type conversion runs once, last: with the last default passes
+  // (after inlining, if any), or alone without `optimize`.
   const PassOptions pass_options{options.opset, options.target};
+  const PassOptions last_passes{options.opset, options.target, dtype};
+  const bool inlining = options.inline_functions;
   if (options.all_modules_as_functions || !options.modules_as_functions.empty()) {
     // Module calls become functions before CSE, which would merge equal
     // nodes of different calls (see extract_module_functions.cpp).
@@ -150,20 +164,25 @@ Result convert_program_from(std::string_view program_json, const std::string& so
     });
     if (options.optimize)
       stage("optimizing", [&] {
-        return run_default_passes(g, pass_options).size() +
+        return run_default_passes(g, inlining ? pass_options : last_passes).size() +
                optimize_function_bodies(g, pass_options);
       });
   } else if (options.optimize) {
-    stage("optimizing", [&] { return run_default_passes(g, pass_options); });
+    stage("optimizing",
+          [&] { return run_default_passes(g, inlining ? pass_options : last_passes); });
   }
   // Inlined bodies get the default passes again (CSE across former calls),
   // so the graph is the one a plain export writes.
-  if (options.inline_functions && !g.functions.empty())
+  if (inlining)
     stage("inlining functions", [&] {
-      size_t n = inline_functions(g);
-      if (options.optimize) run_default_passes(g, pass_options);
+      const bool had_functions = !g.functions.empty();
+      size_t n = had_functions ? inline_functions(g) : 0;
+      if (options.optimize && (had_functions || dtype != DType::Float))
+        run_default_passes(g, last_passes);
       return n;
     });
+  if (!options.optimize && dtype != DType::Float)
+    stage("converting to float16", [&] { return convert_float16(g, dtype, options.opset); });
   auto t3 = clock::now();
   // Model-local functions need IR version 8 (opsets 13 and 14 otherwise get 7).
   if (!g.functions.empty() && r.ir_version < 8) r.ir_version = 8;

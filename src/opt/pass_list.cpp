@@ -88,6 +88,9 @@ std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g, const P
   }
   // Fusions leave the nodes they replaced (and constants) for clean-up.
   if (fused) run_cleanup(g, log);
+  // float16 / bfloat16 last, on the graph every other pass has settled.
+  if (o.dtype != DType::Float)
+    log.emplace_back("convert_float16", convert_float16(g, o.dtype, o.opset));
   // onnxruntime's contrib operators, wherever a fusion put them, need their
   // domain imported by the model.
   std::vector<const Graph*> graphs{&g};

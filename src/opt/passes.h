@@ -10,10 +10,13 @@
 namespace pt2onnx {
 
 // What the fusion passes may emit: the opset's operators, and with
-// Target::OnnxRuntime onnxruntime's contrib operators.
+// Target::OnnxRuntime onnxruntime's contrib operators. `dtype`: the float type
+// the graph's float32 computation is written in (Float: unchanged; Float16 /
+// BFloat16: convert_float16 runs last).
 struct PassOptions {
   int opset = 18;
   Target target = Target::Standard;
+  DType dtype = DType::Float;
   bool onnxruntime() const { return target == Target::OnnxRuntime; }
 };
 
@@ -43,6 +46,14 @@ size_t fuse_gelu(Graph& g, const PassOptions& o);
 size_t fuse_matmul_transpose(Graph& g, const PassOptions& o);
 size_t fuse_gemm(Graph& g, const PassOptions& o);
 size_t fuse_qkv_matmul(Graph& g, const PassOptions& o);
+
+// The graph's float32 values, weights and computation in float16 or bfloat16
+// (`to`), keeping in float32 the ops precision needs (norm statistics,
+// softmax, summing reductions) and those the opset does not define for `to`
+// (convert_float16.cpp). Run once, after every other pass; refuses a graph
+// with model-local functions. Returns the number of values and initializers
+// changed and casts added.
+size_t convert_float16(Graph& g, DType to, int opset);
 
 // Module calls as model-local functions (extract_module_functions.cpp): the
 // calls of the selected modules (every submodule, or those whose class is

@@ -51,11 +51,15 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
                  const std::map<std::string, int64_t>& custom_opsets, const std::string& training,
                  bool all_modules_as_functions,
                  const std::vector<std::string>& modules_as_functions, bool inline_functions,
-                 const std::string& target) {
+                 const std::string& target, const std::string& dtype) {
   pt2onnx::Options o;
   auto t = pt2onnx::target_from_string(target);
   if (!t) throw pt2onnx::Error("target must be 'standard' or 'onnxruntime', not '" + target + "'");
   o.target = *t;
+  auto dt = pt2onnx::output_dtype_from_string(dtype);
+  if (!dt)
+    throw pt2onnx::Error("dtype must be 'float32', 'float16' or 'bfloat16', not '" + dtype + "'");
+  o.dtype = *dt;
   set_custom(o, custom_functions);
   o.custom_opsets = custom_opsets;
   auto train = pt2onnx::training_mode_from_string(training);
@@ -147,7 +151,8 @@ NB_MODULE(_core, m) {
         nb::arg("custom_opsets") = std::map<std::string, int64_t>{},
         nb::arg("training") = "preserve", nb::arg("all_modules_as_functions") = false,
         nb::arg("modules_as_functions") = std::vector<std::string>{},
-        nb::arg("inline_functions") = false, nb::arg("target") = "standard");
+        nb::arg("inline_functions") = false, nb::arg("target") = "standard",
+        nb::arg("dtype") = "float32");
   m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"),
         nb::arg("custom_functions") = CustomFunctions{});
   m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));

@@ -1,0 +1,267 @@
+// convert_float16: float32 values, weights and attributes to float16 /
+// bfloat16, with float32 islands around the precision-sensitive ops.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "ir/builder.h"
+#include "opt/passes.h"
+
+using namespace pt2onnx;
+
+namespace {
+ValueType f32(std::initializer_list<Dim> dims) { return ValueType{DType::Float, Shape(dims)}; }
+
+const Node* producer(const Graph& g, const std::string& v) {
+  for (auto& n : g.nodes)
+    for (auto& o : n.outputs)
+      if (o == v) return &n;
+  return nullptr;
+}
+
+const Node* find_op(const Graph& g, const std::string& op) {
+  for (auto& n : g.nodes)
+    if (n.op_type == op) return &n;
+  return nullptr;
+}
+
+size_t count_op(const Graph& g, const std::string& op) {
+  size_t k = 0;
+  for (auto& n : g.nodes) k += n.op_type == op;
+  return k;
+}
+
+const Initializer* find_init(const Graph& g, const std::string& name) {
+  for (auto& i : g.initializers)
+    if (i.name == name) return &i;
+  return nullptr;
+}
+
+DType type_of(const Graph& g, const std::string& v) {
+  const ValueType* t = g.type_of(v);
+  return t ? t->dtype : DType::Undefined;
+}
+
+int64_t cast_to(const Node& n) { return n.attr("to")->i; }
+}  // namespace
+
+// y = x @ W + b: the weights' bytes and the graph's inputs / outputs become
+// float16 (values rounded to nearest; beyond float16's range clamped).
+TEST(ConvertFloat16, InitializerAndGraphIO) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::symbol("n"), Dim::of(2)}));
+  std::string w = b.initializer(
+      "w",
+      TensorData::from_vector(DType::Float, {2, 2}, std::vector<float>{1.0f, -2.5f, 1e6f, 0.1f}));
+  std::string y = b.op("MatMul", {"x", w});
+  b.add_output(y, b.type(y));
+  Graph g = b.take();
+  run_default_passes(g, PassOptions{18, Target::Standard, DType::Float16});
+
+  const Initializer* init = find_init(g, "w");
+  ASSERT_NE(init, nullptr);
+  EXPECT_EQ(init->data.dtype, DType::Float16);
+  ASSERT_EQ(init->data.nbytes(), 8u);
+  const uint16_t* h = init->data.as<uint16_t>();
+  EXPECT_EQ(half_to_float(h[0]), 1.0f);
+  EXPECT_EQ(half_to_float(h[1]), -2.5f);
+  EXPECT_EQ(half_to_float(h[2]), 65504.0f);  // clamped, not inf
+  EXPECT_EQ(h[3], float_to_half(0.1f));
+  EXPECT_EQ(g.inputs[0].type.dtype, DType::Float16);
+  EXPECT_EQ(g.outputs[0].type.dtype, DType::Float16);
+  EXPECT_EQ(type_of(g, y), DType::Float16);
+  EXPECT_EQ(count_op(g, "Cast"), 0u);  // nothing here needs float32
+}
+
+// Without the option the pass does not run: the float32 graph is untouched.
+TEST(ConvertFloat16, Float32LeavesGraphAlone) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::of(2)}));
+  std::string w =
+      b.initializer("w", TensorData::from_vector(DType::Float, {2}, std::vector<float>{1, 2}));
+  std::string y = b.op("Mul", {"x", w});
+  b.add_output(y, b.type(y));
+  Graph g = b.take();
+  run_default_passes(g);
+  EXPECT_EQ(find_init(g, "w")->data.dtype, DType::Float);
+  EXPECT_EQ(g.inputs[0].type.dtype, DType::Float);
+}
+
+// A hand-written RMS norm: Mul(x, x) -> ReduceMean -> Add(eps) -> Sqrt ->
+// Reciprocal computes in float32 (x cast once); the normalization Mul(x, r)
+// and the weight Mul stay float16, r cast back.
+TEST(ConvertFloat16, NormStatisticsStayFloat32) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::symbol("n"), Dim::of(4)}));
+  std::string sq = b.op("Mul", {"x", "x"});
+  std::string mean = b.op("ReduceMean", {sq, b.const_i64({-1})}, {Attr::Int("keepdims", 1)});
+  std::string var = b.op("Add", {mean, b.scalar(DType::Float, 1e-6)});
+  std::string r = b.op("Reciprocal", {b.op("Sqrt", {var})});
+  std::string normed = b.op("Mul", {"x", r});
+  std::string w = b.initializer(
+      "w", TensorData::from_vector(DType::Float, {4}, std::vector<float>{1, 2, 3, 4}));
+  std::string y = b.op("Mul", {w, normed});
+  b.add_output(y, b.type(y));
+  Graph g = b.take();
+  run_default_passes(g, PassOptions{18, Target::Standard, DType::Float16});
+
+  for (const std::string& v : {sq, mean, var, r}) EXPECT_EQ(type_of(g, v), DType::Float) << v;
+  EXPECT_EQ(type_of(g, normed), DType::Float16);
+  EXPECT_EQ(type_of(g, y), DType::Float16);
+  // x -> float32 once, for the Mul(x, x); r -> float16 once, for Mul(x, r).
+  ASSERT_EQ(count_op(g, "Cast"), 2u);
+  const Node* square = producer(g, sq);
+  ASSERT_NE(square, nullptr);
+  const Node* up = producer(g, square->inputs[0]);
+  ASSERT_TRUE(up && up->op_type == "Cast");
+  EXPECT_EQ(up->inputs[0], "x");
+  EXPECT_EQ(cast_to(*up), static_cast<int64_t>(DType::Float));
+  EXPECT_EQ(square->inputs[1], square->inputs[0]);
+  const Node* mul = producer(g, normed);
+  EXPECT_EQ(mul->inputs[0], "x");
+  const Node* down = producer(g, mul->inputs[1]);
+  ASSERT_TRUE(down && down->op_type == "Cast");
+  EXPECT_EQ(down->inputs[0], r);
+  EXPECT_EQ(cast_to(*down), static_cast<int64_t>(DType::Float16));
+  // eps is read only inside the island: it stays a float32 constant.
+  const Node* add = producer(g, var);
+  const Initializer* eps = find_init(g, add->inputs[1]);
+  ASSERT_NE(eps, nullptr);
+  EXPECT_EQ(eps->data.dtype, DType::Float);
+  // The weight is float16.
+  EXPECT_EQ(find_init(g, "w")->data.dtype, DType::Float16);
+}
+
+// A graph output computed in float32 (Softmax) keeps its name, as float16,
+// through a Cast; the fused LayerNormalization gets stash_type = 1.
+TEST(ConvertFloat16, SoftmaxOutputAndLayerNorm) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::symbol("n"), Dim::of(4)}));
+  std::string scale = b.initializer(
+      "scale", TensorData::from_vector(DType::Float, {4}, std::vector<float>{1, 1, 1, 1}));
+  std::string ln =
+      b.op("LayerNormalization", {"x", scale}, {Attr::Int("axis", -1), Attr::Int("stash_type", 0)});
+  std::string sm = b.op("Softmax", {ln}, {Attr::Int("axis", -1)});
+  b.add_output(sm, b.type(sm));
+  Graph g = b.take();
+  run_default_passes(g, PassOptions{18, Target::Standard, DType::Float16});
+
+  const Node* norm = find_op(g, "LayerNormalization");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(norm->attr("stash_type")->i, 1);
+  EXPECT_EQ(type_of(g, ln), DType::Float16);
+  ASSERT_EQ(g.outputs[0].name, sm);
+  EXPECT_EQ(g.outputs[0].type.dtype, DType::Float16);
+  const Node* out = producer(g, sm);
+  ASSERT_TRUE(out && out->op_type == "Cast");
+  EXPECT_EQ(cast_to(*out), static_cast<int64_t>(DType::Float16));
+  const Node* softmax = producer(g, out->inputs[0]);
+  ASSERT_TRUE(softmax && softmax->op_type == "Softmax");
+  EXPECT_EQ(type_of(g, out->inputs[0]), DType::Float);
+  const Node* in = producer(g, softmax->inputs[0]);
+  ASSERT_TRUE(in && in->op_type == "Cast");
+  EXPECT_EQ(in->inputs[0], ln);
+}
+
+// Cast(to=float) of a float16-bound value is rewritten to the target type;
+// a Cast of integers to float stays float32 (positions) with its consumers
+// that only compute from it; ConstantOfShape's float value becomes bfloat16
+// (opset 21: ConstantOfShape has bfloat16 from 20).
+TEST(ConvertFloat16, CastTargetsAndConstants) {
+  GraphBuilder b(21);
+  b.add_input("x", f32({Dim::of(3)}));
+  b.add_input("i", ValueType{DType::Int64, Shape{Dim::of(3)}});
+  b.add_input("h", ValueType{DType::Float16, Shape{Dim::of(3)}});
+  std::string hx = b.op("Cast", {"h"}, {Attr::Int("to", 1)}, f32({Dim::of(3)}));
+  std::string pos = b.op("Cast", {"i"}, {Attr::Int("to", 1)}, f32({Dim::of(3)}));
+  std::string angle = b.op("Cos", {b.op("Mul", {pos, b.scalar(DType::Float, 0.5)})});
+  std::string zeros = b.op(
+      "ConstantOfShape", {b.const_i64({3})},
+      {Attr::Tensor("value", TensorData::from_vector(DType::Float, {1}, std::vector<float>{2.f}))},
+      f32({Dim::of(3)}));
+  std::string y = b.op("Add", {b.op("Mul", {b.op("Add", {"x", hx}), angle}), zeros});
+  b.add_output(y, b.type(y));
+  Graph g = b.take();
+  run_default_passes(g, PassOptions{21, Target::Standard, DType::BFloat16});
+
+  const Node* c = producer(g, hx);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(cast_to(*c), static_cast<int64_t>(DType::BFloat16));
+  EXPECT_EQ(type_of(g, hx), DType::BFloat16);
+  const Node* p = producer(g, pos);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(cast_to(*p), static_cast<int64_t>(DType::Float));
+  EXPECT_EQ(type_of(g, pos), DType::Float);
+  EXPECT_EQ(type_of(g, angle), DType::Float);
+  const Node* k = producer(g, zeros);
+  ASSERT_TRUE(k && k->op_type == "ConstantOfShape");
+  const Attr* v = k->attr("value");
+  ASSERT_TRUE(v && v->t);
+  EXPECT_EQ(v->t->dtype, DType::BFloat16);
+  EXPECT_EQ(bfloat16_to_float(v->t->as<uint16_t>()[0]), 2.f);
+  EXPECT_EQ(g.outputs[0].type.dtype, DType::BFloat16);
+}
+
+// Range has no float16 form before opset 27: it computes in float32.
+TEST(ConvertFloat16, OpWithoutFloat16StaysFloat32) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({}));
+  std::string r = b.op("Range", {b.scalar(DType::Float, 0), "x", b.scalar(DType::Float, 1)}, {},
+                       ValueType{DType::Float, Shape{Dim::symbol("k")}});
+  std::string y = b.op("Neg", {r});
+  b.add_output(y, b.type(y));
+  Graph g = b.take();
+  run_default_passes(g, PassOptions{18, Target::Standard, DType::Float16});
+  EXPECT_EQ(type_of(g, r), DType::Float);
+  const Node* range = find_op(g, "Range");
+  ASSERT_NE(range, nullptr);
+  EXPECT_EQ(type_of(g, range->inputs[1]), DType::Float);  // x cast to float32
+  EXPECT_NE(range->inputs[1], "x");
+  // The graph output keeps its name, float16, cast from the Neg grown
+  // forwards into the island.
+  ASSERT_EQ(g.outputs[0].name, y);
+  EXPECT_EQ(g.outputs[0].type.dtype, DType::Float16);
+  EXPECT_EQ(type_of(g, y), DType::Float16);
+  const Node* out = producer(g, y);
+  ASSERT_TRUE(out && out->op_type == "Cast");
+  const Node* neg = producer(g, out->inputs[0]);
+  ASSERT_TRUE(neg && neg->op_type == "Neg");
+  EXPECT_EQ(type_of(g, out->inputs[0]), DType::Float);
+}
+
+// Module functions have no types in their bodies: refused with a message.
+TEST(ConvertFloat16, RefusesModelLocalFunctions) {
+  Graph g;
+  g.functions.push_back(Function{});
+  EXPECT_THROW(convert_float16(g, DType::Float16, 18), Error);
+}
+
+// Resize's scales are tensor(float) whatever X's type: a scales initializer
+// stays float32, a scales value computed in float16 is cast back.
+TEST(ConvertFloat16, ResizeScalesStayFloat32) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::of(1), Dim::of(1), Dim::of(2), Dim::of(2)}));
+  b.add_input("s", f32({Dim::of(4)}));
+  std::string scales = b.initializer(
+      "scales", TensorData::from_vector(DType::Float, {4}, std::vector<float>{1, 1, 2, 2}));
+  ValueType out = f32({Dim::of(1), Dim::of(1), Dim::of(4), Dim::of(4)});
+  std::string y = b.op("Resize", {"x", "", scales}, {}, out);
+  std::string z = b.op("Resize", {"x", "", "s"}, {}, out);
+  b.add_output(y, out);
+  b.add_output(z, out);
+  Graph g = b.take();
+  run_default_passes(g, PassOptions{18, Target::Standard, DType::Float16});
+  EXPECT_EQ(find_init(g, "scales")->data.dtype, DType::Float);
+  const Node* ry = producer(g, y);
+  ASSERT_TRUE(ry && ry->op_type == "Resize");
+  EXPECT_EQ(ry->inputs[0], "x");
+  EXPECT_EQ(ry->inputs[2], "scales");
+  EXPECT_EQ(type_of(g, y), DType::Float16);
+  const Node* rz = producer(g, z);
+  ASSERT_TRUE(rz && rz->op_type == "Resize");
+  const Node* c = producer(g, rz->inputs[2]);
+  ASSERT_TRUE(c && c->op_type == "Cast");
+  EXPECT_EQ(c->inputs[0], "s");
+  EXPECT_EQ(cast_to(*c), static_cast<int64_t>(DType::Float));
+  EXPECT_EQ(g.inputs[1].type.dtype, DType::Float16);
+}
