@@ -32,6 +32,8 @@ size_t remove_unused(Graph& g);
 // operator, and leaves every near miss alone. They take the opset and target
 // and do nothing where neither has their operator. One file each.
 using FusionPass = size_t (*)(Graph& g, const PassOptions& o);
+size_t fold_shape_arithmetic(Graph& g, const PassOptions& o);
+size_t collapse_layout_chains(Graph& g, const PassOptions& o);
 
 // Module calls as model-local functions (extract_module_functions.cpp): the
 // calls of the selected modules (every submodule, or those whose class is
