@@ -4,10 +4,13 @@
 //                                         or x when p is the identity;
 //   Transpose(x, identity perm)        -> x;
 //   Reshape(R(x), s), R one of Reshape / Unsqueeze / Squeeze / Flatten, s a
-//   constant with no 0 (or allowzero = 1) -> Reshape(x, s): these ops keep
-//                                         the row-major element order and
-//                                         count, and such an s does not read
-//                                         the input's dims;
+//   constant                           -> Reshape(x, s'): these ops keep the
+//                                         row-major element order and count;
+//                                         s' is s with each 0 (a copy of
+//                                         R's dim i) made R's static dim, kept
+//                                         where x's dim i is the same symbol,
+//                                         or made the one -1 when all other
+//                                         entries are positive constants;
 //   Reshape(x, s) with s resolving to x's own (symbolic) shape -> x;
 //   Unsqueeze(Unsqueeze(x, a1), a2)    -> Unsqueeze(x, a) (a: where both
 //                                         inserted axes end up);
@@ -26,7 +29,8 @@
 //
 // Left alone: a chain whose inner value is read by anything else (or is a
 // graph output): it would be computed twice; Reshape(Reshape) whose outer
-// shape is not a constant or has a 0 that copies the inner's dims; axes that
+// shape is not a constant, or has a 0 copying a symbolic dim of the inner
+// value that the rules above cannot restate; axes that
 // are not constants, or negative axes of an input of unknown rank; Squeeze
 // without axes; Cast chains through a narrowing or lossy type (float ->
 // int -> float, int64 -> int32 -> int64, float -> float16 -> float, ...).
@@ -186,6 +190,36 @@ class Collapser {
 
   void visit(size_t k);
 
+  // The outer shape of Reshape(y, shape), y = R(x), made to read x: each 0
+  // (a copy of y's dim i) becomes y's static dim, stays 0 where x's dim i is
+  // the same, or becomes the one -1 (then it is numel / the other dims, all
+  // positive constants: y's dim i again). False when that is not possible.
+  bool resolve_zeros(std::vector<int64_t>& shape, const std::string& y, const std::string& x) {
+    const ValueType* ty = idx_.type(y);
+    const ValueType* tx = idx_.type(x);
+    bool minus = std::count(shape.begin(), shape.end(), -1) > 0, made_minus = false;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] != 0) continue;
+      if (!ty || !ty->shape || i >= ty->shape->size()) return false;
+      const Dim& d = (*ty->shape)[i];
+      if (d.is_static() && d.value > 0) {
+        shape[i] = d.value;
+      } else if (tx && tx->shape && i < tx->shape->size() && !d.is_static() &&
+                 (*tx->shape)[i].same_as(d)) {
+        continue;  // x's dim i is y's
+      } else if (!minus && !d.is_static()) {
+        shape[i] = -1;
+        minus = made_minus = true;
+      } else {
+        return false;
+      }
+    }
+    // A -1 made here needs the other dims positive constants (a 0 there
+    // could make it ambiguous).
+    if (made_minus && std::count(shape.begin(), shape.end(), 0)) return false;
+    return true;
+  }
+
   size_t finish() {
     if (drop_.empty()) return changed_;
     std::vector<Node> kept;
@@ -241,12 +275,15 @@ void Collapser::visit(size_t k) {
     if (reshape_is_identity(idx_, n)) return forward(k, x);
     auto s = idx_.ints(n.inputs[1]);
     const Attr* az = n.attr("allowzero");
-    if (!s || (!(az && az->i) && std::count(s->begin(), s->end(), 0))) return;
-    if (const Node* in = inner(x, {"Reshape", "Unsqueeze", "Squeeze", "Flatten"})) {
-      Node r = n;
-      r.inputs[0] = in->inputs[0];
-      collapse(k, *in, std::move(r));
-    }
+    if (!s) return;
+    const Node* in = inner(x, {"Reshape", "Unsqueeze", "Squeeze", "Flatten"});
+    if (!in) return;
+    std::vector<int64_t> shape = *s;
+    if (!(az && az->i) && !resolve_zeros(shape, x, in->inputs[0])) return;
+    Node r = n;
+    r.inputs[0] = in->inputs[0];
+    if (shape != *s) r.inputs[1] = ints(n.outputs[0] + "_shape", shape);
+    collapse(k, *in, std::move(r));
     return;
   }
 

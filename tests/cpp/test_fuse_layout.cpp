@@ -124,13 +124,36 @@ TEST(FuseLayout, ReshapeOfUnsqueezeReadsTheSource) {
   EXPECT_EQ(find_op(g, "Reshape")->inputs[0], "x");
 }
 
-TEST(FuseLayout, ReshapeWithZeroCopyingInnerDimsKept) {
+TEST(FuseLayout, ReshapeZeroCopyingInnerDimBecomesMinusOne) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({S("b"), S("s"), N(8), N(4)}));
+  std::string r1 = b.op("Reshape", {"x", b.const_i64({-1, 8, 4})});  // [b*s, 8, 4]
+  std::string r2 = b.op("Reshape", {r1, b.const_i64({0, 32})});      // 0: r1's b*s
+  Graph g = finish(b, r2);
+  ASSERT_EQ(count(g, "Reshape"), 1u);
+  EXPECT_EQ(find_op(g, "Reshape")->inputs[0], "x");
+  EXPECT_EQ(ints_of(g, find_op(g, "Reshape")->inputs[1]), (std::vector<int64_t>{-1, 32}));
+}
+
+TEST(FuseLayout, ReshapeZeroOfSameSymbolKeptAsZero) {
   GraphBuilder b(18);
   b.add_input("x", f32({S("b"), N(6), N(4)}));
-  std::string r1 = b.op("Reshape", {"x", b.const_i64({-1, 3, 8})});
-  std::string r2 = b.op("Reshape", {r1, b.const_i64({0, 24})});  // 0: r1's dim 0
+  std::string r1 = b.op("Reshape", {"x", b.const_i64({0, 3, 8})});  // [b, 3, 8]
+  std::string r2 = b.op("Reshape", {r1, b.const_i64({0, 0, 2, 4})});
   Graph g = finish(b, r2);
-  EXPECT_EQ(count(g, "Reshape"), 2u);
+  ASSERT_EQ(count(g, "Reshape"), 1u);
+  EXPECT_EQ(find_op(g, "Reshape")->inputs[0], "x");
+  EXPECT_EQ(ints_of(g, find_op(g, "Reshape")->inputs[1]), (std::vector<int64_t>{0, 3, 2, 4}));
+}
+
+TEST(FuseLayout, ReshapeWithTwoSymbolicZeroCopiesKept) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({S("b"), S("s"), N(4)}));
+  std::string u = b.op("Unsqueeze", {"x", b.const_i64({0})});          // [1, b, s, 4]
+  std::string r = b.op("Reshape", {u, b.const_i64({0, 0, 0, 2, 2})});  // copies b and s
+  Graph g = finish(b, r);
+  EXPECT_EQ(count(g, "Unsqueeze"), 1u);
+  EXPECT_EQ(count(g, "Reshape"), 1u);
 }
 
 TEST(FuseLayout, ReshapeWithComputedShapeKept) {
@@ -590,4 +613,19 @@ TEST(FuseLayout, ConcatOfShapePiecesNearMissesKept) {
   b.add_output(b.op("Neg", {c1}), typed(DType::Int64, {N(2)}));
   Graph g = finish(b, c2);
   EXPECT_EQ(count(g, "Concat"), 2u);
+}
+
+TEST(FuseLayout, TransposesBackToSourceThenReshapes) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({S("b"), S("s"), N(8), N(4)}));
+  std::string t1 = b.op("Transpose", {"x"}, {Attr::Ints("perm", {0, 2, 1, 3})});
+  std::string t2 = b.op("Transpose", {t1}, {Attr::Ints("perm", {0, 1, 3, 2})});
+  std::string t3 = b.op("Transpose", {t2}, {Attr::Ints("perm", {0, 1, 3, 2})});
+  std::string t4 = b.op("Transpose", {t3}, {Attr::Ints("perm", {0, 2, 1, 3})});
+  std::string r1 = b.op("Reshape", {t4, b.const_i64({-1, 8, 4})});
+  std::string r2 = b.op("Reshape", {r1, b.const_i64({-1, 32})});
+  Graph g = finish(b, r2);
+  EXPECT_EQ(count(g, "Transpose"), 0u);
+  ASSERT_EQ(count(g, "Reshape"), 1u);
+  EXPECT_EQ(find_op(g, "Reshape")->inputs[0], "x");
 }
