@@ -17,6 +17,9 @@
 //   Squeeze(Squeeze(x, a1), a2)        -> Squeeze(x, a) (a: x's axes both
 //                                         removed);
 //   Squeeze(Unsqueeze(x, a), a)        -> x;
+//   Unsqueeze / Squeeze(Reshape(x, s), a), s a constant with no 0
+//                                      -> Reshape(x, s with 1s inserted at a /
+//                                         with a's entries, all 1, removed);
 //   Cast(Cast(x, t1), t2)              -> Cast(x, t2) when every value of x's
 //                                         type is exact in t1 (a widening
 //                                         cast: the second cast sees x's
@@ -189,6 +192,7 @@ class Collapser {
   }
 
   void visit(size_t k);
+  void reshape_then_axes(size_t k, const Node& rs);
 
   // The outer shape of Reshape(y, shape), y = R(x), made to read x: each 0
   // (a copy of y's dim i) becomes y's static dim, stays 0 where x's dim i is
@@ -238,6 +242,36 @@ class Collapser {
   std::unordered_set<size_t> touched_, drop_;
   size_t changed_ = 0;
 };
+
+// Unsqueeze / Squeeze(Reshape(x, s), a), s a constant without 0: the
+// Reshape to s with 1s inserted at a (or a's entries, each 1, removed).
+void Collapser::reshape_then_axes(size_t k, const Node& rs) {
+  const Node& n = g_.nodes[k];
+  auto s = idx_.ints(rs.inputs[1]);
+  auto a = axes_of(idx_, n);
+  if (!s || !a || std::count(s->begin(), s->end(), 0)) return;
+  const auto r = static_cast<int64_t>(s->size());
+  std::vector<int64_t> shape;
+  if (n.op_type == "Unsqueeze") {
+    auto axes = normalized(*a, r + static_cast<int64_t>(a->size()));
+    if (!axes) return;
+    size_t j = 0;
+    for (int64_t pos = 0; pos < r + static_cast<int64_t>(axes->size()); ++pos)
+      shape.push_back(std::binary_search(axes->begin(), axes->end(), pos) ? 1 : (*s)[j++]);
+  } else {
+    auto axes = normalized(*a, r);
+    if (!axes) return;
+    for (int64_t d = 0; d < r; ++d) {
+      bool gone = std::binary_search(axes->begin(), axes->end(), d);
+      if (gone && (*s)[static_cast<size_t>(d)] != 1) return;
+      if (!gone) shape.push_back((*s)[static_cast<size_t>(d)]);
+    }
+  }
+  Node m =
+      make_node("Reshape", {rs.inputs[0], ints(n.outputs[0] + "_shape", shape)}, n.outputs, {}, n);
+  m.name = n.name;
+  collapse(k, rs, std::move(m));
+}
 
 void Collapser::visit(size_t k) {
   if (touched_.count(k)) return;
@@ -289,6 +323,7 @@ void Collapser::visit(size_t k) {
 
   if (n.op_type == "Unsqueeze" || n.op_type == "Squeeze") {
     const bool unsq = n.op_type == "Unsqueeze";
+    if (const Node* rs = inner(x, {"Reshape"})) return reshape_then_axes(k, *rs);
     const Node* in = inner(x, {"Unsqueeze", "Squeeze"});
     if (!in) return;
     auto r = idx_.rank(in->inputs[0]);

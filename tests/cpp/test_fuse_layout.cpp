@@ -272,6 +272,45 @@ TEST(FuseLayout, SqueezeOfUnsqueezeOtherAxesKept) {
   EXPECT_EQ(count(g, "Unsqueeze") + count(g, "Squeeze"), 2u);
 }
 
+TEST(FuseLayout, UnsqueezeOfReshapeBecomesReshape) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({S("b"), N(6)}));
+  std::string r = b.op("Reshape", {"x", b.const_i64({-1, 3})});
+  std::string u = b.op("Unsqueeze", {r, b.const_i64({0, -1})});
+  Graph g = finish(b, u);
+  EXPECT_EQ(count(g, "Unsqueeze"), 0u);
+  ASSERT_EQ(count(g, "Reshape"), 1u);
+  EXPECT_EQ(ints_of(g, find_op(g, "Reshape")->inputs[1]), (std::vector<int64_t>{1, -1, 3, 1}));
+}
+
+TEST(FuseLayout, SqueezeOfReshapeBecomesReshape) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({S("b"), N(6)}));
+  std::string r = b.op("Reshape", {"x", b.const_i64({-1, 1, 3})});
+  std::string q = b.op("Squeeze", {r, b.const_i64({1})});
+  Graph g = finish(b, q);
+  EXPECT_EQ(count(g, "Squeeze"), 0u);
+  ASSERT_EQ(count(g, "Reshape"), 1u);
+  EXPECT_EQ(ints_of(g, find_op(g, "Reshape")->inputs[1]), (std::vector<int64_t>{-1, 3}));
+}
+
+TEST(FuseLayout, AxesOfReshapeNearMissesKept) {
+  {  // the 0 would shift to another dim
+    GraphBuilder b(18);
+    b.add_input("x", f32({S("b"), N(6)}));
+    std::string r = b.op("Reshape", {"x", b.const_i64({0, 2, 3})});
+    Graph g = finish(b, b.op("Unsqueeze", {r, b.const_i64({0})}));
+    EXPECT_EQ(count(g, "Unsqueeze"), 1u);
+  }
+  {  // the squeezed entry is the -1, not a 1
+    GraphBuilder b(18);
+    b.add_input("x", f32({S("b"), N(6)}));
+    std::string r = b.op("Reshape", {"x", b.const_i64({-1, 6})}, {}, f32({N(1), N(6)}));
+    Graph g = finish(b, b.op("Squeeze", {r, b.const_i64({0})}));
+    EXPECT_EQ(count(g, "Squeeze"), 1u);
+  }
+}
+
 // --------------------------------------------------------------------- Cast
 
 Attr to(DType t) { return Attr::Int("to", static_cast<int64_t>(t)); }
