@@ -3,7 +3,6 @@ and the index / mask arithmetic the converters emit are gone from the file,
 and onnxruntime still equals PyTorch on fresh inputs of other shapes."""
 import collections
 
-import numpy as np
 import onnx
 import pytest
 import torch
