@@ -40,6 +40,12 @@
 // (a bidirectional mask's all-true query-side factor): the result's shape
 // already holds a's; the And goes when no other node reads it.
 //
+// Advanced indexing by full aranges (x[arange(b)[:, None], arange(s)[None, :]],
+// the padding mask's lookup):
+//   GatherND(data, stack(Unsqueeze(Range(0, n_j, 1)) + zeros ...)) -> Unsqueeze(data)
+// when each arange runs along its own axis, in order, and n_j is data's dim j
+// by the value types (see gather_nd_of_aranges).
+//
 // Shape pieces (opset >= 15, where Shape has start / end), x of known rank:
 //   Gather(Shape[s:e](x), [k, k+1, ..., k+m])  -> Shape[s+k : s+k+m+1](x)
 //   Slice(Shape[s:e](x), [a], [b])             -> Shape[s+a : s+b](x)
@@ -56,7 +62,10 @@
 // hold), float arithmetic (x + 0 turns -0 into +0), a Where whose dropped
 // inputs could widen the result's shape, Gather of a Shape with
 // non-contiguous or non-constant indices, Slice with steps, a Concat mixing
-// shape pieces of different values or with a constant.
+// shape pieces of different values or with a constant; a GatherND whose
+// aranges' lengths are not provably data's dims (a KV cache's past + new
+// length against the attention mask's own length), that start elsewhere than
+// 0, step otherwise than 1, or run along the same axis or out of order.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -78,7 +87,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct Fact {
   bool nonneg = false;  // integer elements in [0, bound]
   double bound = kInf;
-  int truth = -1;  // bool: 1 all true, 0 all false, -1 unknown
+  int truth = -1;     // bool: 1 all true, 0 all false, -1 unknown
+  bool zero = false;  // integers, all 0
 };
 
 Fact nonneg(double bound) { return Fact{true, bound, -1}; }
@@ -167,6 +177,7 @@ class Folder {
         f.truth = all1 ? 1 : all0 ? 0 : -1;
       } else if (std::all_of(c->begin(), c->end(), [](int64_t x) { return x >= 0; })) {
         f = nonneg(c->empty() ? 0.0 : static_cast<double>(*std::max_element(c->begin(), c->end())));
+        f.zero = std::all_of(c->begin(), c->end(), [](int64_t x) { return x == 0; });
       }
     }
     facts_[v] = f;
@@ -212,11 +223,12 @@ class Folder {
   }
 
   bool simplify(size_t k);
+  bool gather_nd_of_aranges(size_t k);
   bool fold_shape_piece(size_t k);
   Fact infer(const Node& n);
   void visit(size_t k) {
     if (!g_.nodes[k].domain.empty() || g_.nodes[k].outputs.size() != 1) return;
-    if (simplify(k)) return;
+    if (simplify(k) || gather_nd_of_aranges(k)) return;
     if (o_.opset >= 15 && fold_shape_piece(k)) return;
     facts_[g_.nodes[k].outputs[0]] = infer(g_.nodes[k]);
   }
@@ -289,6 +301,129 @@ bool Folder::simplify(size_t k) {
     }
   }
   return false;
+}
+
+std::optional<std::vector<int64_t>> axes_of(const GraphIndex& idx, const Node& n) {
+  if (n.inputs.size() > 1 && !n.inputs[1].empty()) return idx.ints(n.inputs[1]);
+  if (const Attr* a = n.attr("axes")) return a->ints;
+  return std::nullopt;
+}
+
+// GatherND(data, stack_last(i_0 + z, ..., i_{K-1} + z)) where each i_j is
+// arange(n_j) = Range(0, n_j, 1) unsqueezed to vary along one axis q_j of
+// the index shape P (q_0 < q_1 < ...), n_j is data's dim j (the same symbol
+// or number in the value types) and z is zeros (Mul by 0, sums of those):
+// torch's x[arange(b)[:, None], arange(s)[None, :]] lowered literally. P is
+// data's dims j at q_j and 1 elsewhere, so out[p, rest] = data[p[q_0], ...,
+// p[q_{K-1}], rest]: data with 1s inserted at P's other axes, an Unsqueeze.
+bool Folder::gather_nd_of_aranges(size_t k) {
+  const Node& n = g_.nodes[k];
+  if (n.op_type != "GatherND" || n.inputs.size() != 2) return false;
+  if (const Attr* b = n.attr("batch_dims"); b && b->i != 0) return false;
+  const std::string data = n.inputs[0];
+  const ValueType* td = idx_.type(data);
+  if (!td || !td->shape) return false;
+  const Shape& dd = *td->shape;
+  std::vector<std::string> parts{n.inputs[1]};
+  if (const Node* cat = idx_.producer(n.inputs[1], "Concat")) {
+    auto r = idx_.rank(n.inputs[1]);
+    const Attr* ax = cat->attr("axis");
+    if (!r || !ax || (ax->i != -1 && ax->i != static_cast<int64_t>(*r) - 1)) return false;
+    parts = cat->inputs;
+  }
+  const size_t K = parts.size();
+  if (K > dd.size()) return false;
+  std::vector<int64_t> q;
+  size_t M = 0;
+  for (size_t j = 0; j < K; ++j) {
+    const Node* u = idx_.producer(parts[j], "Unsqueeze");
+    if (!u) return false;
+    const std::string& w = u->inputs[0];
+    auto rw = idx_.rank(w);
+    auto ua = axes_of(idx_, *u);
+    if (!rw || !ua || ua->size() != 1 || ((*ua)[0] != -1 && (*ua)[0] != static_cast<int64_t>(*rw)))
+      return false;
+    if (j == 0) M = *rw;
+    if (*rw != M || M == 0) return false;
+    // w = i + z, z + i or i.
+    std::string i = w;
+    if (const Node* a = idx_.producer(w, "Add"); a && a->inputs.size() == 2) {
+      if (fact(a->inputs[1]).zero)
+        i = a->inputs[0];
+      else if (fact(a->inputs[0]).zero)
+        i = a->inputs[1];
+    }
+    // i = arange unsqueezed (through any chain of Unsqueeze) to rank M: q_j
+    // is where the arange's axis ends up.
+    std::vector<const Node*> chain;
+    std::string r = i;
+    while (const Node* ui = idx_.producer(r, "Unsqueeze")) {
+      chain.push_back(ui);
+      r = ui->inputs[0];
+    }
+    int64_t qj = 0, rank = 1;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      auto a = axes_of(idx_, **it);
+      if (!a) return false;
+      const int64_t out_rank = rank + static_cast<int64_t>(a->size());
+      std::vector<bool> inserted(static_cast<size_t>(out_rank), false);
+      for (auto x : *a) {
+        if (x < 0) x += out_rank;
+        if (x < 0 || x >= out_rank || inserted[static_cast<size_t>(x)]) return false;
+        inserted[static_cast<size_t>(x)] = true;
+      }
+      int64_t slot = 0, moved = -1;
+      for (int64_t pos = 0; pos < out_rank; ++pos) {
+        if (inserted[static_cast<size_t>(pos)]) continue;
+        if (slot++ == qj) moved = pos;
+      }
+      qj = moved;
+      rank = out_rank;
+    }
+    if (rank != static_cast<int64_t>(M) || qj < 0) return false;
+    const Node* range = idx_.producer(r, "Range");
+    const ValueType* tr = idx_.type(r);
+    if (!range || idx_.scalar(range->inputs[0]) != 0.0 || idx_.scalar(range->inputs[2]) != 1.0 ||
+        !tr || !tr->shape || tr->shape->size() != 1 || !(*tr->shape)[0].same_as(dd[j]))
+      return false;
+    if (!q.empty() && qj <= q.back()) return false;
+    q.push_back(qj);
+  }
+  // Every stacked index has shape P: data's dim j at q_j, 1 elsewhere.
+  for (size_t j = 0; j < K; ++j) {
+    const Shape& p = *idx_.type(idx_.producer(parts[j])->inputs[0])->shape;
+    for (size_t a = 0; a < M; ++a) {
+      auto it = std::find(q.begin(), q.end(), static_cast<int64_t>(a));
+      bool ok = it != q.end() ? p[a].same_as(dd[static_cast<size_t>(it - q.begin())])
+                              : (p[a].is_static() && p[a].value == 1);
+      if (!ok) return false;
+    }
+  }
+  std::vector<int64_t> axes;
+  for (size_t a = 0; a < M; ++a)
+    if (std::find(q.begin(), q.end(), static_cast<int64_t>(a)) == q.end())
+      axes.push_back(static_cast<int64_t>(a));
+  if (axes.empty()) {
+    forward(k, data);
+    return true;
+  }
+  Node& node = g_.nodes[k];
+  Node un;
+  if (o_.opset >= 13) {
+    FreshNames fresh(g_);
+    std::string name = fresh(node.outputs[0] + "_axes");
+    const auto na = static_cast<int64_t>(axes.size());
+    g_.initializers.push_back(Initializer{name, TensorData::from_vector(DType::Int64, {na}, axes)});
+    g_.types[name] = static_type(DType::Int64, {na});
+    un = make_node("Unsqueeze", {data, name}, node.outputs, {}, node);
+  } else {
+    un = make_node("Unsqueeze", {data}, node.outputs, {Attr::Ints("axes", axes)}, node);
+  }
+  un.name = node.name;
+  facts_[node.outputs[0]] = fact(data);
+  node = std::move(un);
+  ++changed_;
+  return true;
 }
 
 bool Folder::fold_shape_piece(size_t k) {
@@ -403,6 +538,11 @@ Fact Folder::infer(const Node& n) {
   }
   if ((op == "Add" || op == "Mul") && in.size() == 2) {
     Fact a = fact(in[0]), b = fact(in[1]);
+    if (is_int(idx_, in[0]) && ((op == "Mul" && (a.zero || b.zero)) || (a.zero && b.zero))) {
+      Fact z = nonneg(0);
+      z.zero = true;
+      return z;
+    }
     if (!a.nonneg || !b.nonneg) return {};
     double bound = op == "Add" ? a.bound + b.bound : a.bound * b.bound;
     return bound < kSafe ? nonneg(bound) : Fact{};

@@ -668,3 +668,79 @@ TEST(FuseLayout, TransposesBackToSourceThenReshapes) {
   ASSERT_EQ(count(g, "Reshape"), 1u);
   EXPECT_EQ(find_op(g, "Reshape")->inputs[0], "x");
 }
+
+// ------------------------------------------- advanced indexing by aranges
+
+namespace {
+// data[i_0, i_1] as the converter lowers it: the indices broadcast against
+// each other by adding Mul(i, 0)-s, stacked on a new last axis, GatherND.
+std::string index2(GraphBuilder& b, const std::string& data, const std::string& i0,
+                   const std::string& i1, ValueType out) {
+  std::string z =
+      b.op("Add", {b.op("Mul", {i0, b.scalar_i64(0)}), b.op("Mul", {i1, b.scalar_i64(0)})});
+  std::string w0 = b.op("Add", {i0, z}), w1 = b.op("Add", {i1, z});
+  auto last = static_cast<int64_t>(b.rank(w0));
+  std::string idx = b.op(
+      "Concat",
+      {b.op("Unsqueeze", {w0, b.const_i64({last})}), b.op("Unsqueeze", {w1, b.const_i64({last})})},
+      {Attr::Int("axis", -1)});
+  return b.op("GatherND", {data, idx}, {}, std::move(out));
+}
+}  // namespace
+
+TEST(FuseLayout, GatherNDOfOwnArangesIsTheData) {
+  GraphBuilder b(18);
+  b.add_input("m", typed(DType::Bool, {S("b"), S("s")}));
+  std::string rows = b.op("Unsqueeze", {arange_of(b, "m", 0, S("b")), b.const_i64({1})});
+  std::string cols = b.op("Unsqueeze", {arange_of(b, "m", 1, S("s")), b.const_i64({0})});
+  Graph g = finish(b, index2(b, "m", rows, cols, typed(DType::Bool, {S("b"), S("s")})));
+  EXPECT_EQ(count(g, "GatherND"), 0u);
+  EXPECT_EQ(count(g, "Range"), 0u);
+  EXPECT_EQ(last_input(g), "m");
+}
+
+TEST(FuseLayout, GatherNDOfSpreadArangesIsAnUnsqueeze) {
+  GraphBuilder b(18);
+  b.add_input("m", typed(DType::Bool, {S("b"), S("s")}));
+  // [b, 1, 1, 1] and [1, 1, 1, s] (through a chain of unsqueezes): out [b, 1, 1, s].
+  std::string r = arange_of(b, "m", 0, S("b"));
+  std::string rows =
+      b.op("Unsqueeze", {b.op("Unsqueeze", {r, b.const_i64({1})}), b.const_i64({2, 3})});
+  std::string cols = b.op("Unsqueeze", {arange_of(b, "m", 1, S("s")), b.const_i64({0, 1, 2})});
+  Graph g = finish(b, index2(b, "m", rows, cols, typed(DType::Bool, {S("b"), N(1), N(1), S("s")})));
+  EXPECT_EQ(count(g, "GatherND"), 0u);
+  ASSERT_EQ(count(g, "Unsqueeze"), 1u);
+  const Node* u = find_op(g, "Unsqueeze");
+  EXPECT_EQ(u->inputs[0], "m");
+  EXPECT_EQ(ints_of(g, u->inputs[1]), (std::vector<int64_t>{1, 2}));
+}
+
+TEST(FuseLayout, GatherNDNearMissesKept) {
+  auto build = [](int variant) {
+    GraphBuilder b(18);
+    b.add_input("m", typed(DType::Bool, {S("b"), S("s")}));
+    b.add_input("x", f32({S("b"), S("t")}));
+    std::string ar = arange_of(b, "m", 0, S("b"));
+    if (variant == 2) {  // arange(1, b + 1): shifted
+      std::string n = b.op(
+          "Squeeze",
+          {b.op("Shape", {"m"}, {Attr::Int("start", 0), Attr::Int("end", 1)}), b.const_i64({0})});
+      ar = b.op("Range", {b.scalar_i64(1), n, b.scalar_i64(1)}, {}, typed(DType::Int64, {S("b")}));
+    }
+    // variant 1: the column arange runs over x's t, not m's s.
+    std::string ac = arange_of(b, variant == 1 ? "x" : "m", 1, variant == 1 ? S("t") : S("s"));
+    std::string rows = b.op("Unsqueeze", {ar, b.const_i64({1})});
+    std::string cols = b.op("Unsqueeze", {ac, b.const_i64({0})});
+    if (variant == 3) {  // rows along axis 1, columns along axis 0: a transpose
+      rows = b.op("Unsqueeze", {ar, b.const_i64({0})});
+      cols = b.op("Unsqueeze", {ac, b.const_i64({1})});
+    }
+    Dim d0 = variant == 3 ? S("s") : S("b"),
+        d1 = variant == 3 ? S("b") : (variant == 1 ? S("t") : S("s"));
+    return finish(b, index2(b, "m", rows, cols, typed(DType::Bool, {d0, d1})));
+  };
+  for (int variant : {1, 2, 3}) {
+    Graph g = build(variant);
+    EXPECT_EQ(count(g, "GatherND"), 1u) << variant;
+  }
+}
