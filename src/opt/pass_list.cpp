@@ -56,7 +56,11 @@ void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
 // left (a norm fused before the residual Add + norm fusion looks for it).
 // Each decides from the opset and target whether it has anything to emit.
 const std::vector<std::pair<const char*, FusionPass>>& fusions() {
+  // First the shape / index arithmetic and the layout chains: they only
+  // remove nodes, and leave the fusions after them plainer patterns.
   static const std::vector<std::pair<const char*, FusionPass>> kFusions = {
+      {"fold_shape_arithmetic", fold_shape_arithmetic},
+      {"collapse_layout_chains", collapse_layout_chains},
       {"fuse_layer_norm", fuse_layer_norm},
       {"fuse_rms_norm", fuse_rms_norm},
       // After the norm fusions, before rotary / attention.

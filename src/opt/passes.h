@@ -54,6 +54,8 @@ size_t fuse_qkv_matmul(Graph& g, const PassOptions& o);
 // with model-local functions. Returns the number of values and initializers
 // changed and casts added.
 size_t convert_float16(Graph& g, DType to, int opset);
+size_t fold_shape_arithmetic(Graph& g, const PassOptions& o);
+size_t collapse_layout_chains(Graph& g, const PassOptions& o);
 
 // Module calls as model-local functions (extract_module_functions.cpp): the
 // calls of the selected modules (every submodule, or those whose class is
