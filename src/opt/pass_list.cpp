@@ -56,7 +56,12 @@ void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
 // left (a norm fused before the residual Add + norm fusion looks for it).
 // Each decides from the opset and target whether it has anything to emit.
 const std::vector<std::pair<const char*, FusionPass>>& fusions() {
-  static const std::vector<std::pair<const char*, FusionPass>> kFusions = {};
+  static const std::vector<std::pair<const char*, FusionPass>> kFusions = {
+      // After rotary, before the norm / matmul fusions. GroupQueryAttention
+      // first: what it leaves, the standard Attention takes.
+      {"fuse_group_query_attention", fuse_group_query_attention},
+      {"fuse_attention", fuse_attention},
+  };
   return kFusions;
 }
 

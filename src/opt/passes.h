@@ -33,6 +33,11 @@ size_t remove_unused(Graph& g);
 // and do nothing where neither has their operator. One file each.
 using FusionPass = size_t (*)(Graph& g, const PassOptions& o);
 
+// scaled_dot_product_attention -> com.microsoft GroupQueryAttention (decoders
+// with a KV cache, onnxruntime target) / ONNX Attention (opset >= 23).
+size_t fuse_group_query_attention(Graph& g, const PassOptions& o);
+size_t fuse_attention(Graph& g, const PassOptions& o);
+
 // Module calls as model-local functions (extract_module_functions.cpp): the
 // calls of the selected modules (every submodule, or those whose class is
 // listed: "pkg.mod.Block", or a bare "Block") become function calls.
