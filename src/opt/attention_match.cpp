@@ -20,8 +20,31 @@ std::optional<std::vector<int64_t>> unsqueeze_axes(const GraphIndex& idx, const 
   return std::nullopt;
 }
 
+// A constant scalar, or the Cast of one (how float16 / bfloat16 scalars are
+// written), rounded to the type cast to.
+std::optional<double> const_scalar(const GraphIndex& idx, const std::string& v) {
+  if (auto s = idx.scalar(v)) return s;
+  const Node* c = idx.producer(v, "Cast");
+  const Attr* to = c ? c->attr("to") : nullptr;
+  if (!to) return std::nullopt;
+  auto s = idx.scalar(c->inputs[0]);
+  if (!s) return std::nullopt;
+  switch (static_cast<DType>(to->i)) {
+    case DType::Float:
+      return static_cast<double>(static_cast<float>(*s));
+    case DType::Double:
+      return s;
+    case DType::Float16:
+      return half_to_float(float_to_half(static_cast<float>(*s)));
+    case DType::BFloat16:
+      return bfloat16_to_float(float_to_bfloat16(static_cast<float>(*s)));
+    default:
+      return std::nullopt;
+  }
+}
+
 bool is_scalar(const GraphIndex& idx, const std::string& v, double want) {
-  auto s = idx.scalar(v);
+  auto s = const_scalar(idx, v);
   return s && (*s == want || (std::isinf(want) && *s == want));
 }
 
@@ -217,7 +240,7 @@ std::optional<SdpaMatch> match_sdpa(const GraphIndex& idx, size_t last) {
   const Node* mul = sdpa_node(idx, s, "Mul", fx);
   if (!mul) return std::nullopt;
   add(s);
-  auto scale = idx.scalar(mul->inputs[1]);
+  auto scale = const_scalar(idx, mul->inputs[1]);
   if (!scale) return std::nullopt;
   m.scale = *scale;
   std::string qk = mul->inputs[0];

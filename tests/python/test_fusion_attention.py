@@ -236,3 +236,46 @@ def test_llama_head_size_not_multiple_of_8_falls_back(tmp_path, opset, attention
                          target="onnxruntime", atol=1e-4, rtol=1e-4)
     c = ops(str(out))
     assert c["GroupQueryAttention"] == 0 and c["Attention"] == attention
+
+
+class CausalCache(torch.nn.Module):
+    """A decoder step: k / v = Concat(past, new), mask = causal (rows at
+    cache_position) & padding, as transformers builds it."""
+
+    def forward(self, q, k, v, past_k, past_v, padding):
+        p = past_k.shape[2]
+        k = torch.cat([past_k, k], 2)
+        v = torch.cat([past_v, v], 2)
+        rows = torch.arange(q.shape[2]) + p
+        cols = torch.arange(k.shape[2])
+        mask = (cols[None, None, None, :] <= rows[None, None, :, None]) & padding[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), k, v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_group_query_attention_hand_written_decoder(tmp_path, dtype):
+    P = torch.export.Dim("past", min=1, max=256)
+
+    def inputs(b, l, past):
+        q, k, v = (x.to(dtype) for x in qkv(b, l, hq=4, hkv=2))
+        pk, pv = (torch.randn(b, 2, past, 16, dtype=dtype) for _ in range(2))
+        pad = torch.ones(b, past + l, dtype=torch.bool)
+        pad[0, :3] = False  # left padding
+        return q, k, v, pk, pv, pad
+
+    dyn = ({0: B, 2: L}, {0: B, 2: L}, {0: B, 2: L}, {0: B, 2: P}, {0: B, 2: P},
+           {0: B, 1: torch.export.Dim.AUTO})
+    p = export(CausalCache(), inputs(2, 3, 4), tmp_path / "m.onnx", dyn, opset=18,
+               target="onnxruntime")
+    c = ops(p)
+    assert c["GroupQueryAttention"] == 1 and c["Softmax"] == 0 and c["Concat"] == 0
+    tol = TOL if dtype == torch.float32 else dict(atol=2e-3, rtol=2e-3)
+    for b, l, past in ((3, 4, 6), (2, 1, 9)):
+        x = inputs(b, l, past)
+        if dtype == torch.float16:
+            # PyTorch's reference in float32 (its CPU half SDPA rounds differently).
+            model = lambda *a: tuple(t.half() for t in CausalCache()(*(t.float() if t.is_floating_point() else t for t in a)))  # noqa: E731
+            model = type("M", (), {"__call__": staticmethod(model)})()
+        else:
+            model = CausalCache()
+        assert_matches(model, p, feeds("q k v past_k past_v padding".split(), x), **tol)
