@@ -360,17 +360,16 @@ std::string Emitter::scalar(DType t, double v) {
   return name;
 }
 
-std::string zero_masked_rows(Emitter& e, const SdpaMatch& m, const std::string& y,
-                             const ValueType& yt) {
-  if (m.mask_kind == SdpaMatch::Mask::None) return y;
-  const ValueType* src = e.graph().type_of(m.mask);
+std::string zero_masked_rows(Emitter& e, const std::string& mask, bool additive, DType t,
+                             const std::string& y, const ValueType& yt) {
+  const ValueType* src = e.graph().type_of(mask);
   Shape rows = src->shape.value_or(Shape{});
   if (!rows.empty()) rows.back() = Dim::of(1);
   ValueType mt{src->dtype, rows};
-  std::string any = e.op("ReduceMax", {m.mask, e.ints({-1})}, mt, {Attr::Int("keepdims", 1)});
-  if (m.mask_kind == SdpaMatch::Mask::Additive)
-    any = e.op("Greater", {any, e.scalar(m.dtype, -INFINITY)}, ValueType{DType::Bool, mt.shape});
-  return e.op("Where", {any, y, e.scalar(m.dtype, 0.0)}, yt);
+  std::string any = e.op("ReduceMax", {mask, e.ints({-1})}, mt, {Attr::Int("keepdims", 1)});
+  if (additive)
+    any = e.op("Greater", {any, e.scalar(t, -INFINITY)}, ValueType{DType::Bool, mt.shape});
+  return e.op("Where", {any, y, e.scalar(t, 0.0)}, yt);
 }
 
 }  // namespace pt2onnx

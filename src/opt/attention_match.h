@@ -67,8 +67,10 @@ class Emitter {
 };
 
 // Zeroes the query rows the mask hides entirely, as torch's CPU kernels (and
-// the decomposition) do: Where(row has a key, y, 0). y is [B,H,L,D].
-std::string zero_masked_rows(Emitter& e, const SdpaMatch& m, const std::string& y,
-                             const ValueType& yt);
+// the decomposition) do: Where(row has a key, y, 0). y is [B,H,L,D]; `mask`
+// boolean (True = attend; ReduceMax of bool needs opset 20) or additive
+// (-inf = hidden), of dtype t.
+std::string zero_masked_rows(Emitter& e, const std::string& mask, bool additive, DType t,
+                             const std::string& y, const ValueType& yt);
 
 }  // namespace pt2onnx

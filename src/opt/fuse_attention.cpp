@@ -70,7 +70,8 @@ size_t fuse_attention(Graph& g, const PassOptions& o) {
     if (is_causal) attrs.push_back(Attr::Int("is_causal", 1));
     e.node("Attention", inputs, outputs, std::move(attrs));
     if (guard) {
-      std::string z = zero_masked_rows(e, *m, outputs[0], yt);
+      std::string z = zero_masked_rows(e, m->mask, m->mask_kind == SdpaMatch::Mask::Additive,
+                                       m->dtype, outputs[0], yt);
       // The last node writes the pattern's output.
       Node& w = e.nodes().back();
       g.types.erase(z);

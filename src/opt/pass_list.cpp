@@ -58,8 +58,10 @@ void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
 const std::vector<std::pair<const char*, FusionPass>>& fusions() {
   static const std::vector<std::pair<const char*, FusionPass>> kFusions = {
       // After rotary, before the norm / matmul fusions. GroupQueryAttention
-      // first: what it leaves, the standard Attention takes.
+      // first, then MultiHeadAttention; what they leave, the standard
+      // Attention takes.
       {"fuse_group_query_attention", fuse_group_query_attention},
+      {"fuse_multi_head_attention", fuse_multi_head_attention},
       {"fuse_attention", fuse_attention},
   };
   return kFusions;

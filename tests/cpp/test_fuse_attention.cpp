@@ -315,3 +315,34 @@ TEST(FuseGroupQueryAttention, NearMisses) {
   s.past_not_input = true;
   EXPECT_EQ(gqa(s), 0u) << "past not a graph input";
 }
+
+TEST(FuseMultiHeadAttention, EncoderWithoutCache) {
+  Spec s;
+  s.cache = false;
+  s.repeat = false;
+  Graph g = build(s);
+  ASSERT_EQ(fuse_multi_head_attention(g, ort18), 1u);
+  run_default_passes(g, ort18);
+  const Node* a = find(g, "MultiHeadAttention");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->domain, "com.microsoft");
+  EXPECT_EQ(a->attr("num_heads")->i, 4);
+  ASSERT_EQ(a->inputs.size(), 6u);
+  EXPECT_FALSE(a->inputs[5].empty());    // attention_bias
+  EXPECT_EQ(count(g, "ReduceMax"), 1u);  // fully masked rows -> 0 (MHA gives NaN)
+  EXPECT_EQ(count(g, "Softmax"), 0u);
+}
+
+TEST(FuseMultiHeadAttention, NearMisses) {
+  auto mha = [](Spec s, PassOptions o = ort18) {
+    Graph g = build(s);
+    return fuse_multi_head_attention(g, o);
+  };
+  Spec s;
+  s.cache = false;
+  EXPECT_EQ(mha(s), 0u) << "fewer kv heads (repeat)";
+  s.repeat = false;
+  EXPECT_EQ(mha(s, standard23), 0u) << "standard target";
+  s.cache = true;
+  EXPECT_EQ(mha(s), 0u) << "KV cache";
+}

@@ -279,3 +279,46 @@ def test_group_query_attention_hand_written_decoder(tmp_path, dtype):
         else:
             model = CausalCache()
         assert_matches(model, p, feeds("q k v past_k past_v padding".split(), x), **tol)
+
+
+@pytest.mark.parametrize("model,mask", [(BoolMask, "bool"), (AddMask, "additive")])
+def test_multi_head_attention_onnxruntime(tmp_path, model, mask):
+    def inputs(b, l):
+        q, k, v = qkv(b, l)
+        m = padded_mask(b, l, l)  # rows 0, 1 of batch 0 see nothing
+        if mask == "additive":
+            m = torch.where(m, 0.0, float("-inf")) + torch.randn(b, 1, l, l) * 0.1
+        return q, k, v, m
+
+    dyn = ({0: B, 2: L}, {0: B, 2: L}, {0: B, 2: L}, {0: B, 2: L, 3: L})
+    p = export(model(), inputs(2, 5), tmp_path / "m.onnx", dyn, opset=18, target="onnxruntime")
+    c = ops(p)
+    assert c["MultiHeadAttention"] == 1 and c["Softmax"] == 0
+    assert_matches(model(), p, feeds("q k v mask".split(), inputs(3, 7)), **TOL)
+
+
+def test_multi_head_attention_causal(tmp_path):
+    dyn = ({0: B, 2: L}, {0: B, 2: L}, {0: B, 2: L})
+    p = export(Causal(), qkv(2, 5), tmp_path / "m.onnx", dyn, opset=18, target="onnxruntime")
+    assert ops(p)["MultiHeadAttention"] == 1
+    assert_matches(Causal(), p, feeds("q k v".split(), qkv(3, 9)), **TOL)
+
+
+def test_bert_feature_extraction_multi_head_attention(tmp_path):
+    from pt2onnx import hf
+
+    hf.prepare()
+    import transformers as tr
+
+    cfg = tr.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=128, vocab_size=500, max_position_embeddings=128)
+    torch.manual_seed(0)
+    d = tmp_path / "bert"
+    tr.BertModel(cfg).eval().save_pretrained(d)
+    out = tmp_path / "m.onnx"
+    # Verified against PyTorch at several (batch, seq), a left-padded row in each batch > 1.
+    r = hf.export_pretrained(str(d), "feature-extraction", str(out), opset=18,
+                             target="onnxruntime", atol=1e-4, rtol=1e-4)
+    assert r.checks["max_abs_error"] < 1e-4
+    c = ops(str(out))
+    assert c["MultiHeadAttention"] == 2 and c["Softmax"] == 0
