@@ -141,6 +141,7 @@ size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
       mask = m->causal_mask;
     else
       continue;
+    if (const Shape* ms = shape_of(idx, mask); !ms || ms->size() < 2 || ms->size() > 4) continue;
     bool clash = rw.touched(k);
     for (size_t n : m->nodes) clash = clash || rw.touched(n);
     if (clash) continue;
@@ -166,9 +167,18 @@ size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
       return e.op("Shape", {x}, i64({Dim::of(1)}),
                   {Attr::Int("start", a), Attr::Int("end", a + 1)});
     };
-    std::string batch = shape_at(m->q, 0);
-    std::string total =
-        e.op("Add", {shape_at(m->past_key, 2), shape_at(m->key_new, 2)}, i64({Dim::of(1)}));
+    // Sizes read from the mask where the matcher proved its dims ([.., L, T],
+    // the batch when it has one): every layer reads the same mask, so CSE
+    // leaves one computation for the model.
+    const bool from_mask = m->mask_kind == SdpaMatch::Mask::Bool;
+    const Shape& M = *shape_of(idx, mask);  // known: checked above
+    const int64_t r = static_cast<int64_t>(M.size());
+    std::string batch =
+        from_mask && r == 4 && M[0].same_as(Q[0]) ? shape_at(mask, 0) : shape_at(m->q, 0);
+    std::string total = from_mask ? shape_at(mask, r - 1)
+                                  : e.op("Add", {shape_at(m->past_key, 2), shape_at(m->key_new, 2)},
+                                         i64({Dim::of(1)}));
+    std::string qlen = from_mask ? shape_at(mask, r - 2) : shape_at(m->q, 2);
     auto cast32 = [&](const std::string& x, Shape s) {
       return e.op("Cast", {x}, i32(std::move(s)),
                   {Attr::Int("to", static_cast<int64_t>(DType::Int32))});
@@ -178,8 +188,7 @@ size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
              {cast32(e.op("Sub", {total, e.ints({1})}, i64({Dim::of(1)})), {Dim::of(1)}), batch},
              i32({Q[0]}));
     std::string total32 = cast32(e.op("Squeeze", {total, e.ints({0})}, i64({})), {});
-    std::string qlens =
-        e.op("Expand", {cast32(shape_at(m->q, 2), {Dim::of(1)}), batch}, i32({Q[0]}));
+    std::string qlens = e.op("Expand", {cast32(qlen, {Dim::of(1)}), batch}, i32({Q[0]}));
     // The mask as a bias of rank 4: 0 where attended, -inf elsewhere.
     ValueType bt = *g.type_of(mask);
     bt.dtype = t;

@@ -32,6 +32,10 @@ size_t fuse_multi_head_attention(Graph& g, const PassOptions& o) {
     bool clash = rw.touched(k);
     for (size_t n : m->nodes) clash = clash || rw.touched(n);
     if (clash) continue;
+    if (m->causal) {
+      const ValueType* ct = g.type_of(m->causal_mask);
+      if (!ct || !ct->shape || ct->shape->size() < 2 || ct->shape->size() > 4) continue;
+    }
     if (!names) names.emplace(g);
     const Node like = g.nodes[k];
     Emitter e(g, *names, like);
