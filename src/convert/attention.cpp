@@ -66,13 +66,19 @@ std::string repeat_heads(Ctx& c, const std::string& v, int64_t rep) {
   std::string u = c.unsqueeze(v, {static_cast<int64_t>(r) - 2});
   std::vector<int64_t> ones(r + 1, 1);
   ones[r - 2] = rep;
-  std::string e = c.b.op("Expand", {u, c.b.const_i64(ones)});
+  // Typed, so the attention fusions can prove the repeat from its types.
+  DType t = c.dtype(v);
+  Shape es(s.begin(), s.end());
+  es.insert(es.begin() + static_cast<std::ptrdiff_t>(r) - 2, Dim::of(rep));
+  Shape rs(s.begin(), s.end());
+  rs[r - 3] = Dim::of(s[r - 3].value * rep);
+  std::string e = c.b.op("Expand", {u, c.b.const_i64(ones)}, {}, ValueType{t, es});
   // Leading batch dims copied (0), heads and head size static, S inferred (-1).
   std::vector<int64_t> target(r - 3, 0);
   target.push_back(s[r - 3].value * rep);
   target.push_back(-1);
   target.push_back(d.value);
-  return c.b.op("Reshape", {e, c.b.const_i64(target)});
+  return c.b.op("Reshape", {e, c.b.const_i64(target)}, {}, ValueType{t, rs});
 }
 
 void sdpa(Ctx& c) {
@@ -89,6 +95,9 @@ void sdpa(Ctx& c) {
     if (!e.is_static()) c.fail("attention head size must be static to compute the default scale");
     scale = 1.0 / std::sqrt(static_cast<double>(e.value));
   }
+  // The key length for the causal mask: read from the key before any head
+  // repeat (its size is torch's; a repeat's Reshape would be read again).
+  const std::string k_in = k;
   if (c.flag("enable_gqa", false) && r >= 3) {
     const Dim& hq = qs[r - 3];
     const Dim& hk = ks[r - 3];
@@ -128,7 +137,7 @@ void sdpa(Ctx& c) {
       causal = it->second;
     } else {
       std::string l = c.squeeze(c.dim_value(q, -2), {0});
-      std::string s = c.squeeze(c.dim_value(k, -2), {0});
+      std::string s = c.squeeze(c.dim_value(k_in, -2), {0});
       std::string zero = c.b.scalar_i64(0), one = c.b.scalar_i64(1);
       std::string rows = c.unsqueeze(c.b.op("Range", {zero, l, one}), {1});
       std::string cols = c.unsqueeze(c.b.op("Range", {zero, s, one}), {0});

@@ -68,6 +68,11 @@ const std::vector<std::pair<const char*, FusionPass>>& fusions() {
       // After the norm and gelu fusions, before attention (which reads the
       // rotated q / k).
       {"fuse_rotary", fuse_rotary},
+      // GroupQueryAttention first, then MultiHeadAttention; what they leave,
+      // the standard Attention takes.
+      {"fuse_group_query_attention", fuse_group_query_attention},
+      {"fuse_multi_head_attention", fuse_multi_head_attention},
+      {"fuse_attention", fuse_attention},
       // skip norm runs after the attention and activation fusions
       {"fuse_skip_norm", fuse_skip_norm},
       // At the end, after attention (which reads the MatMuls it replaces).

@@ -57,6 +57,13 @@ size_t convert_float16(Graph& g, DType to, int opset);
 size_t fold_shape_arithmetic(Graph& g, const PassOptions& o);
 size_t collapse_layout_chains(Graph& g, const PassOptions& o);
 
+// scaled_dot_product_attention -> com.microsoft GroupQueryAttention (decoders
+// with a KV cache, onnxruntime target) / ONNX Attention (opset >= 23).
+size_t fuse_group_query_attention(Graph& g, const PassOptions& o);
+// ... -> com.microsoft MultiHeadAttention (no cache, onnxruntime target).
+size_t fuse_multi_head_attention(Graph& g, const PassOptions& o);
+size_t fuse_attention(Graph& g, const PassOptions& o);
+
 // Module calls as model-local functions (extract_module_functions.cpp): the
 // calls of the selected modules (every submodule, or those whose class is
 // listed: "pkg.mod.Block", or a bare "Block") become function calls.

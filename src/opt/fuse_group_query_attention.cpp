@@ -1,0 +1,228 @@
+// Decoder self-attention with a KV cache (the SDPA decomposition of
+// convert/attention.cpp, matched by attention_match.h, whose k / v are
+// Concat(past, new, axis 2) of graph inputs written to graph outputs)
+// becomes onnxruntime's com.microsoft GroupQueryAttention:
+//   query [B,L,Hq*D], key / value [B,L,Hkv*D] (the new rows), past_key /
+//   past_value [B,Hkv,P,D], seqlens_k int32 [B] = P + L - 1,
+//   total_sequence_length int32 = P + L, attention_bias = the model's mask
+//   (0 / -inf), query_seqlens int32 [B] = L  -> y [B,L,Hq*D], present_key,
+//   present_value
+// with num_heads, kv_num_heads and scale; y goes back to [B,Hq,L,D]
+// (Reshape + Transpose, which onnxruntime cancels against the model's own).
+// GroupQueryAttention always applies its causal mask (key j visible to query
+// i when j <= P + i); it is exact only when the model's mask hides at least
+// that, so the pass proves it: the boolean mask is an And-tree with a leaf
+// LessOrEqual(cols, rows), cols[j] = j over the keys, rows[i] = i + P' with
+// P' either 0 or the size of the cache's sequence axis (transformers'
+// cache_position), or the decomposition's own is_causal mask (top-left,
+// P' = 0). The mask itself (causal + padding) rides in attention_bias, so
+// left padding stays exact; onnxruntime gives zeros for fully masked rows, as
+// torch does. query_seqlens (all L) is what lets onnxruntime's CPU kernel run
+// a batch of several multi-token chunks over a cache (without it: batch 1
+// only).
+//
+// Left alone (for fuse_attention's standard Attention, when the opset has
+// it): other targets, no cache, additive masks, masks not proved causal, a
+// head size not a multiple of 8 (the CPU kernel refuses it), dtypes other
+// than float / float16, new keys of another length than the queries.
+#include <cmath>
+
+#include "opt/attention_match.h"
+#include "opt/passes.h"
+
+namespace pt2onnx {
+
+namespace {
+
+const Shape* shape_of(const GraphIndex& idx, const std::string& v) {
+  const ValueType* t = idx.type(v);
+  return t && t->shape ? &*t->shape : nullptr;
+}
+
+bool is_scalar(const GraphIndex& idx, const std::string& v, double want) {
+  auto s = idx.scalar(v);
+  return s && *s == want;
+}
+
+bool range_from_zero(const GraphIndex& idx, const std::string& v) {
+  const Node* r = idx.producer(v, "Range");
+  return r && r->inputs.size() == 3 && is_scalar(idx, r->inputs[0], 0) &&
+         is_scalar(idx, r->inputs[2], 1);
+}
+
+// v's values along axis -axis_from_end (every other axis of size 1), through
+// Unsqueezes: the 1-D value below.
+std::optional<std::string> vector_below(const GraphIndex& idx, const std::string& v,
+                                        size_t axis_from_end) {
+  const Shape* s = shape_of(idx, v);
+  if (!s || s->size() < axis_from_end) return std::nullopt;
+  for (size_t i = 0; i < s->size(); ++i)
+    if (i != s->size() - axis_from_end && !(*s)[i].same_as(Dim::of(1))) return std::nullopt;
+  std::string x = v;
+  while (const Node* u = idx.producer(x, "Unsqueeze")) x = u->inputs[0];
+  const Shape* xs = shape_of(idx, x);
+  if (!xs || xs->size() != 1) return std::nullopt;
+  return x;
+}
+
+// x = P' where P' is 0 or the cache's length (past's axis 2).
+bool is_past_length(const GraphIndex& idx, const std::string& x, const Dim& past) {
+  if (is_scalar(idx, x, 0)) return true;
+  const Node* sq = idx.producer(x, "Squeeze");
+  const Node* sh = sq ? idx.producer(sq->inputs[0], "Shape") : nullptr;
+  if (!sh) return false;
+  const Attr* st = sh->attr("start");
+  const Attr* en = sh->attr("end");
+  const Shape* xs = shape_of(idx, sh->inputs[0]);
+  return st && en && xs && xs->size() == 4 && st->i == 2 && en->i == 3 && (*xs)[2].same_as(past);
+}
+
+// mask[.., i, j] implies j <= i + P (P: the cache's length).
+bool implies_causal(const GraphIndex& idx, const std::string& mask, const Dim& past,
+                    const Dim& total, int depth = 0) {
+  if (depth > 8) return false;
+  if (const Node* a = idx.producer(mask, "And"))
+    return implies_causal(idx, a->inputs[0], past, total, depth + 1) ||
+           implies_causal(idx, a->inputs[1], past, total, depth + 1);
+  const Node* le = idx.producer(mask, "LessOrEqual");
+  if (!le) return false;
+  // cols[j] = j, one per key.
+  const Shape* cs = shape_of(idx, le->inputs[0]);
+  if (!cs || cs->empty() || !cs->back().same_as(total)) return false;
+  auto cols = vector_below(idx, le->inputs[0], 1);
+  if (!cols) return false;
+  std::string c = *cols;
+  if (const Node* add = idx.producer(c, "Add")) {
+    if (is_scalar(idx, add->inputs[1], 0))
+      c = add->inputs[0];
+    else if (is_scalar(idx, add->inputs[0], 0))
+      c = add->inputs[1];
+    else
+      return false;
+  }
+  if (!range_from_zero(idx, c)) return false;
+  // rows[i] = i + P' (one per query, or one for all: then j <= P').
+  auto rows = vector_below(idx, le->inputs[1], 2);
+  if (!rows) return false;
+  if (range_from_zero(idx, *rows)) return true;
+  const Node* add = idx.producer(*rows, "Add");
+  if (!add) return false;
+  return (range_from_zero(idx, add->inputs[0]) && is_past_length(idx, add->inputs[1], past)) ||
+         (range_from_zero(idx, add->inputs[1]) && is_past_length(idx, add->inputs[0], past));
+}
+
+}  // namespace
+
+size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
+  if (!o.onnxruntime()) return 0;
+  GraphIndex idx(g);
+  Rewriter rw(g);
+  std::optional<FreshNames> names;
+  size_t fused = 0;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    auto m = match_sdpa(idx, k);
+    if (!m || !m->cache) continue;
+    if (m->dtype != DType::Float && m->dtype != DType::Float16) continue;
+    if (m->head_size % 8 != 0) continue;
+    const Shape& Q = *shape_of(idx, m->q);
+    const Shape* KN = shape_of(idx, m->key_new);
+    const Shape* VN = shape_of(idx, m->value_new);
+    const Shape* PK = shape_of(idx, m->past_key);
+    const Shape* PV = shape_of(idx, m->past_value);
+    const Shape& K = *shape_of(idx, m->k);
+    if (!KN || !VN || !PK || !PV || KN->size() != 4 || VN->size() != 4 || PK->size() != 4 ||
+        PV->size() != 4 || !(*KN)[2].same_as(Q[2]) || !(*VN)[2].same_as(Q[2]))
+      continue;
+    std::string mask;
+    if (m->mask_kind == SdpaMatch::Mask::Bool && implies_causal(idx, m->mask, (*PK)[2], K[2]) &&
+        (*PV)[2].same_as((*PK)[2]))
+      mask = m->mask;
+    else if (m->mask_kind == SdpaMatch::Mask::None && m->causal)
+      mask = m->causal_mask;
+    else
+      continue;
+    if (const Shape* ms = shape_of(idx, mask); !ms || ms->size() < 2 || ms->size() > 4) continue;
+    bool clash = rw.touched(k);
+    for (size_t n : m->nodes) clash = clash || rw.touched(n);
+    if (clash) continue;
+    if (!names) names.emplace(g);
+    const Node like = g.nodes[k];
+    Emitter e(g, *names, like);
+    const DType t = m->dtype;
+    const int64_t hq = m->q_heads, hkv = m->kv_heads, d = m->head_size;
+    // BNSH -> BSNH -> [B, S, N*H].
+    auto to_bsh = [&](const std::string& x, int64_t heads) {
+      const Shape& s = *shape_of(idx, x);
+      std::string tr = e.op("Transpose", {x}, ValueType{t, Shape{s[0], s[2], s[1], s[3]}},
+                            {Attr::Ints("perm", {0, 2, 1, 3})});
+      return e.op("Reshape", {tr, e.ints({0, 0, heads * d})},
+                  ValueType{t, Shape{s[0], s[2], Dim::of(heads * d)}});
+    };
+    std::string q3 = to_bsh(m->q, hq);
+    std::string k3 = to_bsh(m->key_new, hkv);
+    std::string v3 = to_bsh(m->value_new, hkv);
+    auto i64 = [](Shape s) { return ValueType{DType::Int64, std::move(s)}; };
+    auto i32 = [](Shape s) { return ValueType{DType::Int32, std::move(s)}; };
+    auto shape_at = [&](const std::string& x, int64_t a) {
+      return e.op("Shape", {x}, i64({Dim::of(1)}),
+                  {Attr::Int("start", a), Attr::Int("end", a + 1)});
+    };
+    // Sizes read from the mask where the matcher proved its dims ([.., L, T],
+    // the batch when it has one): every layer reads the same mask, so CSE
+    // leaves one computation for the model.
+    const bool from_mask = m->mask_kind == SdpaMatch::Mask::Bool;
+    const Shape& M = *shape_of(idx, mask);  // known: checked above
+    const int64_t r = static_cast<int64_t>(M.size());
+    std::string batch =
+        from_mask && r == 4 && M[0].same_as(Q[0]) ? shape_at(mask, 0) : shape_at(m->q, 0);
+    std::string total = from_mask ? shape_at(mask, r - 1)
+                                  : e.op("Add", {shape_at(m->past_key, 2), shape_at(m->key_new, 2)},
+                                         i64({Dim::of(1)}));
+    std::string qlen = from_mask ? shape_at(mask, r - 2) : shape_at(m->q, 2);
+    auto cast32 = [&](const std::string& x, Shape s) {
+      return e.op("Cast", {x}, i32(std::move(s)),
+                  {Attr::Int("to", static_cast<int64_t>(DType::Int32))});
+    };
+    std::string seqlens =
+        e.op("Expand",
+             {cast32(e.op("Sub", {total, e.ints({1})}, i64({Dim::of(1)})), {Dim::of(1)}), batch},
+             i32({Q[0]}));
+    std::string total32 = cast32(e.op("Squeeze", {total, e.ints({0})}, i64({})), {});
+    std::string qlens = e.op("Expand", {cast32(qlen, {Dim::of(1)}), batch}, i32({Q[0]}));
+    // The mask as a bias of rank 4: 0 where attended, -inf elsewhere.
+    ValueType bt = *g.type_of(mask);
+    bt.dtype = t;
+    std::string bias = e.op("Where", {mask, e.scalar(t, 0.0), e.scalar(t, -INFINITY)}, bt);
+    if (bt.shape->size() < 4) {
+      std::vector<int64_t> axes;
+      Shape s = *bt.shape;
+      while (s.size() + axes.size() < 4) axes.push_back(static_cast<int64_t>(axes.size()));
+      Shape full(axes.size(), Dim::of(1));
+      full.insert(full.end(), s.begin(), s.end());
+      bias = e.op("Unsqueeze", {bias, e.ints(axes)}, ValueType{t, full});
+    }
+    const std::string y = like.outputs[0];
+    const ValueType yt = *g.type_of(y);
+    std::string y3 = (*names)(y + "__gqa");
+    g.types[y3] = ValueType{t, Shape{Q[0], Q[2], Dim::of(hq * d)}};
+    std::vector<std::string> inputs{q3,      k3, v3, m->past_key, m->past_value, seqlens,
+                                    total32, "", "", "",          bias,          "",
+                                    "",      "", "", "",          qlens};
+    e.node("GroupQueryAttention", inputs, {y3, m->present_key, m->present_value},
+           {Attr::Int("num_heads", hq), Attr::Int("kv_num_heads", hkv),
+            Attr::Float("scale", static_cast<float>(m->scale))},
+           "com.microsoft");
+    std::string y4 = e.op("Reshape", {y3, e.ints({0, 0, hq, d})},
+                          ValueType{t, Shape{Q[0], Q[2], Dim::of(hq), Dim::of(d)}});
+    e.op("Transpose", {y4}, yt, {Attr::Ints("perm", {0, 2, 1, 3})});
+    g.types.erase(e.nodes().back().outputs[0]);
+    e.nodes().back().outputs[0] = y;
+    for (size_t n : m->nodes) rw.remove(n);
+    rw.replace(k, std::move(e.nodes()));
+    ++fused;
+  }
+  rw.apply();
+  return fused;
+}
+
+}  // namespace pt2onnx

@@ -1,0 +1,348 @@
+// Attention fusions (fuse_attention.cpp, fuse_group_query_attention.cpp): the
+// SDPA decomposition of convert/attention.cpp, built by hand, fused; each near
+// miss left alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ir/builder.h"
+#include "opt/passes.h"
+
+using namespace pt2onnx;
+
+namespace {
+
+const char* kSdpa = "torch.ops.aten.scaled_dot_product_attention.default";
+
+ValueType f32(Shape s) { return ValueType{DType::Float, std::move(s)}; }
+Dim sym(const char* s) { return Dim::symbol(s); }
+
+struct Spec {
+  enum Mask { Bool, Additive, Causal } mask = Bool;
+  bool repeat = true;  // 4 query heads over 2 kv heads
+  bool cache = true;   // k / v = Concat(past, new, axis 2)
+  int64_t concat_axis = 2;
+  bool scale_input = false;  // scale read from a graph input
+  bool k_read_elsewhere = false;
+  bool mask_last_dim_1 = false;
+  bool past_not_input = false;
+  bool mask_not_causal = false;  // the mask's LessOrEqual reads other operands
+};
+
+// q [B,4,L,16]; k, v [B,2,T,16] (T = P + L with a cache); the mask [B,1,L,T].
+Graph build(const Spec& s) {
+  GraphBuilder b(23);
+  const int64_t kv = s.repeat ? 2 : 4;
+  Dim B = sym("B"), L = sym("L"), P = sym("P"), T = s.cache ? sym("P + L") : sym("L");
+  b.add_input("q", f32({B, Dim::of(4), L, Dim::of(16)}));
+  std::string k = "k", v = "v";
+  if (s.cache) {
+    b.add_input("k_new", f32({B, Dim::of(kv), L, Dim::of(16)}));
+    b.add_input("v_new", f32({B, Dim::of(kv), L, Dim::of(16)}));
+    std::string pk = "past_k", pv = "past_v";
+    if (s.past_not_input) {
+      b.add_input("pk_src", f32({B, Dim::of(kv), P, Dim::of(16)}));
+      b.add_input("pv_src", f32({B, Dim::of(kv), P, Dim::of(16)}));
+      pk = b.op("Neg", {"pk_src"}, {}, f32({B, Dim::of(kv), P, Dim::of(16)}));
+      pv = b.op("Neg", {"pv_src"}, {}, f32({B, Dim::of(kv), P, Dim::of(16)}));
+    } else {
+      b.add_input("past_k", f32({B, Dim::of(kv), P, Dim::of(16)}));
+      b.add_input("past_v", f32({B, Dim::of(kv), P, Dim::of(16)}));
+    }
+    ValueType kt = f32({B, Dim::of(kv), T, Dim::of(16)});
+    k = b.op("Concat", {pk, "k_new"}, {Attr::Int("axis", s.concat_axis)}, kt);
+    v = b.op("Concat", {pv, "v_new"}, {Attr::Int("axis", s.concat_axis)}, kt);
+  } else {
+    b.add_input("k", f32({B, Dim::of(kv), T, Dim::of(16)}));
+    b.add_input("v", f32({B, Dim::of(kv), T, Dim::of(16)}));
+  }
+  // The mask, transformers-style: And(LessOrEqual(cols, rows + P), padding).
+  std::string mask;
+  if (s.mask != Spec::Causal) {
+    b.add_input("padding", ValueType{DType::Bool, Shape{B, Dim::of(1), L, T}});
+    std::string zero = b.scalar_i64(0), one = b.scalar_i64(1);
+    std::string tlen =
+        b.op("Squeeze",
+             {b.op("Shape", {"padding"}, {Attr::Int("start", 3), Attr::Int("end", 4)},
+                   ValueType{DType::Int64, Shape{Dim::of(1)}}),
+              b.const_i64({0})},
+             {}, ValueType{DType::Int64, Shape{}});
+    std::string llen = b.op("Squeeze",
+                            {b.op("Shape", {"q"}, {Attr::Int("start", 2), Attr::Int("end", 3)},
+                                  ValueType{DType::Int64, Shape{Dim::of(1)}}),
+                             b.const_i64({0})},
+                            {}, ValueType{DType::Int64, Shape{}});
+    std::string cols = b.op("Range", {zero, tlen, one}, {}, ValueType{DType::Int64, Shape{T}});
+    std::string rows = b.op("Range", {zero, llen, one}, {}, ValueType{DType::Int64, Shape{L}});
+    if (s.cache) {
+      std::string plen = b.op("Squeeze",
+                              {b.op("Shape", {s.past_not_input ? "pk_src" : "past_k"},
+                                    {Attr::Int("start", 2), Attr::Int("end", 3)},
+                                    ValueType{DType::Int64, Shape{Dim::of(1)}}),
+                               b.const_i64({0})},
+                              {}, ValueType{DType::Int64, Shape{}});
+      rows = b.op("Add", {rows, plen}, {}, ValueType{DType::Int64, Shape{L}});
+    }
+    cols = b.op("Unsqueeze", {cols, b.const_i64({0, 1, 2})}, {},
+                ValueType{DType::Int64, Shape{Dim::of(1), Dim::of(1), Dim::of(1), T}});
+    rows = b.op("Unsqueeze", {rows, b.const_i64({0, 1, 3})}, {},
+                ValueType{DType::Int64, Shape{Dim::of(1), Dim::of(1), L, Dim::of(1)}});
+    Shape ms{B, Dim::of(1), L, s.mask_last_dim_1 ? Dim::of(1) : T};
+    std::string le = s.mask_not_causal
+                         ? b.op("LessOrEqual", {rows, cols}, {},
+                                ValueType{DType::Bool, Shape{Dim::of(1), Dim::of(1), L, T}})
+                         : b.op("LessOrEqual", {cols, rows}, {},
+                                ValueType{DType::Bool, Shape{Dim::of(1), Dim::of(1), L, T}});
+    std::string pad = "padding";
+    if (s.mask_last_dim_1) {
+      b.add_input("pad1", ValueType{DType::Bool, ms});
+      pad = "pad1";
+      le = b.op("Identity", {"pad1"}, {}, ValueType{DType::Bool, ms});
+    }
+    mask = b.op("And", {le, pad}, {}, ValueType{DType::Bool, ms});
+    if (s.mask == Spec::Additive)
+      mask = b.op("Where", {mask, b.scalar(DType::Float, 0.0), b.scalar(DType::Float, -INFINITY)},
+                  {}, f32(ms));
+  }
+  if (s.scale_input) b.add_input("scale", f32({}));
+
+  b.set_origin("sdpa", kSdpa, "attn");
+  auto repeat = [&](const std::string& x) {
+    std::string u = b.op("Unsqueeze", {x, b.const_i64({2})}, {},
+                         f32({B, Dim::of(2), Dim::of(1), T, Dim::of(16)}));
+    std::string e = b.op("Expand", {u, b.const_i64({1, 1, 2, 1, 1})}, {},
+                         f32({B, Dim::of(2), Dim::of(2), T, Dim::of(16)}));
+    return b.op("Reshape", {e, b.const_i64({0, 4, -1, 16})}, {},
+                f32({B, Dim::of(4), T, Dim::of(16)}));
+  };
+  std::string kr = s.repeat ? repeat(k) : k, vr = s.repeat ? repeat(v) : v;
+  ValueType st = f32({B, Dim::of(4), L, T});
+  std::string kt = b.op("Transpose", {kr}, {Attr::Ints("perm", {0, 1, 3, 2})},
+                        f32({B, Dim::of(4), Dim::of(16), T}));
+  std::string sc = b.op("MatMul", {"q", kt}, {}, st);
+  sc = b.op("Mul", {sc, s.scale_input ? "scale" : b.scalar(DType::Float, 0.25)}, {}, st);
+  if (s.mask == Spec::Bool) {
+    sc = b.op("Where", {mask, sc, b.scalar(DType::Float, -INFINITY)}, {}, st);
+  } else if (s.mask == Spec::Additive) {
+    sc = b.op("Add", {sc, mask}, {}, st);
+  } else {
+    std::string zero = b.scalar_i64(0), one = b.scalar_i64(1);
+    std::string ll = b.op("Squeeze",
+                          {b.op("Shape", {"q"}, {Attr::Int("start", 2), Attr::Int("end", 3)},
+                                ValueType{DType::Int64, Shape{Dim::of(1)}}),
+                           b.const_i64({0})},
+                          {}, ValueType{DType::Int64, Shape{}});
+    std::string tl = b.op("Squeeze",
+                          {b.op("Shape", {k}, {Attr::Int("start", 2), Attr::Int("end", 3)},
+                                ValueType{DType::Int64, Shape{Dim::of(1)}}),
+                           b.const_i64({0})},
+                          {}, ValueType{DType::Int64, Shape{}});
+    std::string rows = b.op(
+        "Unsqueeze",
+        {b.op("Range", {zero, ll, one}, {}, ValueType{DType::Int64, Shape{L}}), b.const_i64({1})},
+        {}, ValueType{DType::Int64, Shape{L, Dim::of(1)}});
+    std::string cols = b.op(
+        "Unsqueeze",
+        {b.op("Range", {zero, tl, one}, {}, ValueType{DType::Int64, Shape{T}}), b.const_i64({0})},
+        {}, ValueType{DType::Int64, Shape{Dim::of(1), T}});
+    std::string c = b.op("LessOrEqual", {cols, rows}, {}, ValueType{DType::Bool, Shape{L, T}});
+    sc = b.op("Where", {c, sc, b.scalar(DType::Float, -INFINITY)}, {}, st);
+  }
+  std::string p = b.op("Softmax", {sc}, {Attr::Int("axis", -1)}, st);
+  if (s.mask == Spec::Bool)
+    p = b.op("Where", {mask, p, b.scalar(DType::Float, 0.0)}, {}, st);
+  else if (s.mask == Spec::Additive)
+    p = b.op(
+        "Where",
+        {b.op("IsNaN", {p}, {}, ValueType{DType::Bool, st.shape}), b.scalar(DType::Float, 0.0), p},
+        {}, st);
+  std::string y = b.op("MatMul", {p, vr}, {}, f32({B, Dim::of(4), L, Dim::of(16)}));
+  b.set_origin("", "", "");
+  b.add_output(y, b.type(y));
+  if (s.cache) {
+    b.add_output(k, b.type(k));
+    b.add_output(v, b.type(v));
+  }
+  if (s.k_read_elsewhere) {
+    std::string n = b.op("Neg", {kt}, {}, b.type(kt));
+    b.add_output(n, b.type(n));
+  }
+  return b.take();
+}
+
+size_t count(const Graph& g, const std::string& op) {
+  size_t n = 0;
+  for (auto& x : g.nodes) n += x.op_type == op;
+  return n;
+}
+
+const Node* find(const Graph& g, const std::string& op) {
+  for (auto& x : g.nodes)
+    if (x.op_type == op) return &x;
+  return nullptr;
+}
+
+PassOptions standard23{23, Target::Standard};
+PassOptions ort18{18, Target::OnnxRuntime};
+
+}  // namespace
+
+TEST(FuseAttention, BoolMaskCacheGqa) {
+  Graph g = build({});
+  ASSERT_EQ(fuse_attention(g, standard23), 1u);
+  run_default_passes(g, standard23);
+  const Node* a = find(g, "Attention");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->inputs[0], "q");
+  EXPECT_EQ(a->inputs[1], "k_new");  // no repeat: the op groups heads itself
+  EXPECT_EQ(a->inputs[2], "v_new");
+  EXPECT_EQ(a->inputs[4], "past_k");
+  EXPECT_EQ(a->inputs[5], "past_v");
+  ASSERT_EQ(a->outputs.size(), 3u);
+  EXPECT_EQ(a->outputs[1], g.outputs[1].name);  // present key: the graph output
+  EXPECT_FLOAT_EQ(a->attr("scale")->f, 0.25f);
+  EXPECT_EQ(a->attr("is_causal"), nullptr);
+  EXPECT_EQ(count(g, "Softmax"), 0u);
+  EXPECT_EQ(count(g, "Concat"), 0u);
+  EXPECT_EQ(count(g, "Expand"), 0u);
+  EXPECT_EQ(count(g, "ReduceMax"), 1u);  // fully masked rows -> 0
+}
+
+TEST(FuseAttention, AdditiveMask) {
+  Spec s;
+  s.mask = Spec::Additive;
+  Graph g = build(s);
+  ASSERT_EQ(fuse_attention(g, standard23), 1u);
+  EXPECT_NE(find(g, "Greater"), nullptr);
+}
+
+TEST(FuseAttention, CausalWithoutCacheIsCausal) {
+  Spec s;
+  s.mask = Spec::Causal;
+  s.cache = false;
+  Graph g = build(s);
+  ASSERT_EQ(fuse_attention(g, standard23), 1u);
+  const Node* a = find(g, "Attention");
+  ASSERT_NE(a->attr("is_causal"), nullptr);
+  EXPECT_EQ(a->attr("is_causal")->i, 1);
+  EXPECT_EQ(a->inputs.size(), 3u);
+}
+
+TEST(FuseAttention, CausalOtherLengthsPassesTheMask) {
+  // Attention aligns is_causal bottom-right, torch top-left: with L != T the
+  // decomposition's own mask is passed. (Its Shape(k) reads the Concat, so
+  // the Concat stays: no cache.)
+  Spec s;
+  s.mask = Spec::Causal;
+  Graph g = build(s);
+  ASSERT_EQ(fuse_attention(g, standard23), 1u);
+  const Node* a = find(g, "Attention");
+  EXPECT_EQ(a->attr("is_causal"), nullptr);
+  ASSERT_EQ(a->inputs.size(), 4u);
+  EXPECT_EQ(count(g, "Concat"), 2u);
+}
+
+TEST(FuseAttention, NotBeforeOpset23) {
+  Graph g = build({});
+  EXPECT_EQ(fuse_attention(g, PassOptions{22, Target::Standard}), 0u);
+}
+
+TEST(FuseAttention, NearMissesLeftAlone) {
+  auto none = [](Spec s) {
+    Graph g = build(s);
+    return fuse_attention(g, standard23) == 0 && fuse_group_query_attention(g, ort18) == 0;
+  };
+  Spec s;
+  s.scale_input = true;
+  EXPECT_TRUE(none(s)) << "scale not a constant";
+  s = {};
+  s.k_read_elsewhere = true;
+  EXPECT_TRUE(none(s)) << "transposed k read elsewhere";
+  s = {};
+  s.mask_last_dim_1 = true;
+  EXPECT_TRUE(none(s)) << "mask not of [., ., L, T]";
+}
+
+TEST(FuseAttention, CacheOnAnotherAxisIsNoCache) {
+  // Concat on axis 1 (heads) is no KV cache: fused without past inputs; no GQA.
+  Spec s;
+  s.concat_axis = 1;
+  Graph g = build(s);
+  EXPECT_EQ(fuse_group_query_attention(g, ort18), 0u);
+  ASSERT_EQ(fuse_attention(g, standard23), 1u);
+  EXPECT_EQ(find(g, "Attention")->inputs.size(), 4u);
+  EXPECT_EQ(count(g, "Concat"), 2u);
+}
+
+TEST(FuseGroupQueryAttention, DecoderWithCache) {
+  Graph g = build({});
+  ASSERT_EQ(fuse_group_query_attention(g, ort18), 1u);
+  run_default_passes(g, ort18);
+  const Node* a = find(g, "GroupQueryAttention");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->domain, "com.microsoft");
+  EXPECT_EQ(a->attr("num_heads")->i, 4);
+  EXPECT_EQ(a->attr("kv_num_heads")->i, 2);
+  EXPECT_FLOAT_EQ(a->attr("scale")->f, 0.25f);
+  ASSERT_EQ(a->inputs.size(), 17u);
+  EXPECT_EQ(a->inputs[3], "past_k");
+  EXPECT_EQ(a->inputs[4], "past_v");
+  EXPECT_FALSE(a->inputs[10].empty());  // attention_bias: the model's mask
+  EXPECT_FALSE(a->inputs[16].empty());  // query_seqlens
+  EXPECT_EQ(a->outputs[1], g.outputs[1].name);
+  EXPECT_EQ(g.types.at(a->inputs[0]).shape->back(), Dim::of(64));
+  EXPECT_EQ(g.types.at(a->inputs[5]).dtype, DType::Int32);
+  EXPECT_EQ(count(g, "Softmax"), 0u);
+  EXPECT_EQ(g.domain_versions.count("com.microsoft"), 1u);
+}
+
+TEST(FuseGroupQueryAttention, NearMisses) {
+  auto gqa = [](Spec s, PassOptions o = ort18) {
+    Graph g = build(s);
+    return fuse_group_query_attention(g, o);
+  };
+  EXPECT_EQ(gqa({}, PassOptions{23, Target::Standard}), 0u) << "standard target";
+  Spec s;
+  s.cache = false;
+  EXPECT_EQ(gqa(s), 0u) << "no cache";
+  s = {};
+  s.mask = Spec::Additive;
+  EXPECT_EQ(gqa(s), 0u) << "additive mask";
+  s = {};
+  s.mask_not_causal = true;
+  EXPECT_EQ(gqa(s), 0u) << "mask not proved causal (LessOrEqual(rows, cols))";
+  s = {};
+  s.past_not_input = true;
+  EXPECT_EQ(gqa(s), 0u) << "past not a graph input";
+}
+
+TEST(FuseMultiHeadAttention, EncoderWithoutCache) {
+  Spec s;
+  s.cache = false;
+  s.repeat = false;
+  Graph g = build(s);
+  ASSERT_EQ(fuse_multi_head_attention(g, ort18), 1u);
+  run_default_passes(g, ort18);
+  const Node* a = find(g, "MultiHeadAttention");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->domain, "com.microsoft");
+  EXPECT_EQ(a->attr("num_heads")->i, 4);
+  ASSERT_EQ(a->inputs.size(), 6u);
+  EXPECT_FALSE(a->inputs[5].empty());    // attention_bias
+  EXPECT_EQ(count(g, "ReduceMax"), 1u);  // fully masked rows -> 0 (MHA gives NaN)
+  EXPECT_EQ(count(g, "Softmax"), 0u);
+}
+
+TEST(FuseMultiHeadAttention, NearMisses) {
+  auto mha = [](Spec s, PassOptions o = ort18) {
+    Graph g = build(s);
+    return fuse_multi_head_attention(g, o);
+  };
+  Spec s;
+  s.cache = false;
+  EXPECT_EQ(mha(s), 0u) << "fewer kv heads (repeat)";
+  s.repeat = false;
+  EXPECT_EQ(mha(s, standard23), 0u) << "standard target";
+  s.cache = true;
+  EXPECT_EQ(mha(s), 0u) << "KV cache";
+}
