@@ -285,7 +285,8 @@ std::optional<SdpaMatch> match_sdpa(const GraphIndex& idx, size_t last) {
   for (auto& x : {m.k, m.v})
     if (idx.type(x)->dtype != m.dtype) return std::nullopt;
 
-  // Masks: boolean / additive, shaped to broadcast to [B, Hq, L, T].
+  // Masks: boolean / additive, shaped to broadcast to [B, Hq, L, T]
+  // (fusions whose op wants all L rows expand a broadcast query axis).
   if (m.mask_kind != SdpaMatch::Mask::None) {
     const ValueType* mt = idx.type(m.mask);
     if (!mt || !mt->shape || mt->shape->size() < 2 || mt->shape->size() > 4) return std::nullopt;
@@ -293,7 +294,9 @@ std::optional<SdpaMatch> match_sdpa(const GraphIndex& idx, size_t last) {
     if (mt->dtype != want) return std::nullopt;
     const Shape& M = *mt->shape;
     size_t r = M.size();
-    if (!M[r - 1].same_as(K[2]) || !M[r - 2].same_as(Q[2])) return std::nullopt;
+    // The query axis may be broadcast (a padding mask [B, 1, 1, T]).
+    if (!M[r - 1].same_as(K[2]) || (!M[r - 2].same_as(Q[2]) && !M[r - 2].same_as(Dim::of(1))))
+      return std::nullopt;
     if (r >= 3 && !M[r - 3].same_as(Dim::of(1)) && !M[r - 3].same_as(Q[1])) return std::nullopt;
     if (r == 4 && !M[0].same_as(Dim::of(1)) && !M[0].same_as(Q[0])) return std::nullopt;
   }
@@ -318,6 +321,28 @@ std::optional<SdpaMatch> match_sdpa(const GraphIndex& idx, size_t last) {
     m.nodes.push_back(cv->concat);
   }
   return m;
+}
+
+std::string expand_query_rows(Emitter& e, const std::string& mask, const std::string& q,
+                              int opset) {
+  const ValueType mt = *e.graph().type_of(mask);
+  const Shape& M = *mt.shape;
+  const Shape& Q = *e.graph().type_of(q)->shape;
+  const size_t r = M.size();
+  if (!M[r - 2].same_as(Dim::of(1)) || Q[2].same_as(Dim::of(1))) return mask;
+  const ValueType one_i64{DType::Int64, Shape{Dim::of(1)}};
+  std::string l =
+      opset >= 15
+          ? e.op("Shape", {q}, one_i64, {Attr::Int("start", 2), Attr::Int("end", 3)})
+          : e.op("Gather",
+                 {e.op("Shape", {q}, ValueType{DType::Int64, Shape{Dim::of(4)}}), e.ints({2})},
+                 one_i64, {Attr::Int("axis", 0)});
+  std::string shape = e.op("Concat", {e.ints(std::vector<int64_t>(r - 2, 1)), l, e.ints({1})},
+                           ValueType{DType::Int64, Shape{Dim::of(static_cast<int64_t>(r))}},
+                           {Attr::Int("axis", 0)});
+  Shape out = M;
+  out[r - 2] = Q[2];
+  return e.op("Expand", {mask, shape}, ValueType{mt.dtype, out});
 }
 
 std::string Emitter::op(const std::string& op_type, std::vector<std::string> inputs, ValueType type,
@@ -361,12 +386,16 @@ std::string Emitter::scalar(DType t, double v) {
 }
 
 std::string zero_masked_rows(Emitter& e, const std::string& mask, bool additive, DType t,
-                             const std::string& y, const ValueType& yt) {
+                             const std::string& y, const ValueType& yt, int opset) {
   const ValueType* src = e.graph().type_of(mask);
   Shape rows = src->shape.value_or(Shape{});
   if (!rows.empty()) rows.back() = Dim::of(1);
   ValueType mt{src->dtype, rows};
-  std::string any = e.op("ReduceMax", {mask, e.ints({-1})}, mt, {Attr::Int("keepdims", 1)});
+  // Axes are an input from opset 18, an attribute before.
+  std::string any =
+      opset >= 18
+          ? e.op("ReduceMax", {mask, e.ints({-1})}, mt, {Attr::Int("keepdims", 1)})
+          : e.op("ReduceMax", {mask}, mt, {Attr::Int("keepdims", 1), Attr::Ints("axes", {-1})});
   if (additive)
     any = e.op("Greater", {any, e.scalar(t, -INFINITY)}, ValueType{DType::Bool, mt.shape});
   return e.op("Where", {any, y, e.scalar(t, 0.0)}, yt);

@@ -66,11 +66,17 @@ class Emitter {
   std::vector<Node> nodes_;
 };
 
+// `mask` (rank >= 2, query axis -2) with a query axis of 1 expanded to the
+// query length of q ([B, H, L, D]); other masks are returned as they are.
+// onnxruntime's Attention, MultiHeadAttention and GroupQueryAttention take no
+// mask broadcast over the query rows (a padding mask [B, 1, 1, T]).
+std::string expand_query_rows(Emitter& e, const std::string& mask, const std::string& q, int opset);
+
 // Zeroes the query rows the mask hides entirely, as torch's CPU kernels (and
 // the decomposition) do: Where(row has a key, y, 0). y is [B,H,L,D]; `mask`
 // boolean (True = attend; ReduceMax of bool needs opset 20) or additive
 // (-inf = hidden), of dtype t.
 std::string zero_masked_rows(Emitter& e, const std::string& mask, bool additive, DType t,
-                             const std::string& y, const ValueType& yt);
+                             const std::string& y, const ValueType& yt, int opset);
 
 }  // namespace pt2onnx

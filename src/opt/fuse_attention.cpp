@@ -42,7 +42,8 @@ size_t fuse_attention(Graph& g, const PassOptions& o) {
     std::string mask;
     bool is_causal = false;
     if (m->mask_kind != SdpaMatch::Mask::None) {
-      mask = m->mask;
+      // onnxruntime's Attention wants the mask's query axis whole.
+      mask = expand_query_rows(e, m->mask, m->q, o.opset);
     } else if (m->causal) {
       const Shape& qs = *g.type_of(m->q)->shape;
       const Shape& ks = *g.type_of(m->k)->shape;
@@ -71,7 +72,7 @@ size_t fuse_attention(Graph& g, const PassOptions& o) {
     e.node("Attention", inputs, outputs, std::move(attrs));
     if (guard) {
       std::string z = zero_masked_rows(e, m->mask, m->mask_kind == SdpaMatch::Mask::Additive,
-                                       m->dtype, outputs[0], yt);
+                                       m->dtype, outputs[0], yt, o.opset);
       // The last node writes the pattern's output.
       Node& w = e.nodes().back();
       g.types.erase(z);

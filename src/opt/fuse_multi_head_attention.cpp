@@ -68,6 +68,8 @@ size_t fuse_multi_head_attention(Graph& g, const PassOptions& o) {
         full.insert(full.end(), bt.shape->begin(), bt.shape->end());
         bias = e.op("Unsqueeze", {bias, e.ints(axes)}, ValueType{t, full});
       }
+      // attention_bias is [B or 1, N or 1, L, T].
+      bias = expand_query_rows(e, bias, m->q, o.opset);
     }
     const std::string y = like.outputs[0];
     const ValueType yt = *g.type_of(y);
@@ -81,7 +83,7 @@ size_t fuse_multi_head_attention(Graph& g, const PassOptions& o) {
                           ValueType{t, Shape{Q[0], Q[2], Dim::of(n), Dim::of(d)}});
     std::string out = e.op("Transpose", {y4}, yt, {Attr::Ints("perm", {0, 2, 1, 3})});
     // The float bias before any Unsqueeze: ReduceMax of bool needs opset 20.
-    if (!mask.empty()) out = zero_masked_rows(e, bias_rows, true, t, out, yt);
+    if (!mask.empty()) out = zero_masked_rows(e, bias_rows, true, t, out, yt, o.opset);
     g.types.erase(out);
     e.nodes().back().outputs[0] = y;
     for (size_t x : m->nodes) rw.remove(x);

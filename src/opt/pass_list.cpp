@@ -56,11 +56,10 @@ void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
 // left (a norm fused before the residual Add + norm fusion looks for it).
 // Each decides from the opset and target whether it has anything to emit.
 const std::vector<std::pair<const char*, FusionPass>>& fusions() {
-  // First the shape / index arithmetic and the layout chains: they only
-  // remove nodes, and leave the fusions after them plainer patterns.
+  // First the shape / index arithmetic: it only removes nodes, and leaves
+  // the fusions after it plainer masks and indices.
   static const std::vector<std::pair<const char*, FusionPass>> kFusions = {
       {"fold_shape_arithmetic", fold_shape_arithmetic},
-      {"collapse_layout_chains", collapse_layout_chains},
       {"fuse_layer_norm", fuse_layer_norm},
       {"fuse_rms_norm", fuse_rms_norm},
       // After the norm fusions, before rotary / attention.
@@ -73,6 +72,10 @@ const std::vector<std::pair<const char*, FusionPass>>& fusions() {
       {"fuse_group_query_attention", fuse_group_query_attention},
       {"fuse_multi_head_attention", fuse_multi_head_attention},
       {"fuse_attention", fuse_attention},
+      // Layout chains after the fusions that match layout ops (rotary's
+      // Unsqueeze / Reshape, attention's head transposes, which it would
+      // merge into forms they do not take), on what those leave.
+      {"collapse_layout_chains", collapse_layout_chains},
       // skip norm runs after the attention and activation fusions
       {"fuse_skip_norm", fuse_skip_norm},
       // At the end, after attention (which reads the MatMuls it replaces).
