@@ -176,9 +176,17 @@ class Collapser {
 
   // Node k computes its input `in` unchanged: readers read `in` instead (a
   // graph output keeps its name through an Identity, for remove_identity).
-  void forward(size_t k, const std::string& in) {
+  // `skipped`, when given, is the inner node of the pair k forms with it
+  // (read by k alone, see inner()): it goes too, or it would stay as a dead
+  // reader of `in` and keep the next sweep from collapsing `in`'s chain.
+  void forward(size_t k, const std::string& in, const Node* skipped = nullptr) {
     Node& n = g_.nodes[k];
     touched_.insert(k);
+    if (skipped) {
+      size_t i = *idx_.producer_index(skipped->outputs[0]);
+      touched_.insert(i);
+      drop_.insert(i);
+    }
     if (auto p = idx_.producer_index(in)) touched_.insert(*p);  // it gains readers
     if (outputs_.count(n.outputs[0])) {
       Node id = make_node("Identity", {in}, {n.outputs[0]}, {}, n);
@@ -293,7 +301,7 @@ void Collapser::visit(size_t k) {
       }
       const std::string src = in->inputs[0];
       if (is_identity_perm(p)) {
-        forward(k, src);
+        forward(k, src, in);
       } else {
         Node t = make_node("Transpose", {src}, n.outputs, {Attr::Ints("perm", p)}, n);
         t.name = n.name;
@@ -337,7 +345,7 @@ void Collapser::visit(size_t k) {
       // Squeeze(Unsqueeze(x, a), a) = x.
       auto u = normalized(*a1, rank + n1);
       auto s = normalized(*a2, rank + n1);
-      if (u && s && *u == *s) forward(k, in->inputs[0]);
+      if (u && s && *u == *s) forward(k, in->inputs[0], in);
       return;
     }
     if (in->op_type != n.op_type) return;

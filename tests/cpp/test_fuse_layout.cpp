@@ -100,6 +100,56 @@ TEST(FuseLayout, TransposeChainKeptWhenInnerReadTwice) {
   EXPECT_EQ(count(g, "Transpose"), 2u);
 }
 
+// A pair that cancels (Transpose pair, Squeeze of Unsqueeze) goes whole: its
+// inner node too, in the same sweep. Left as a dead reader, it counted as a
+// second reader of the value below it, so the next sweep kept the Reshape
+// chain through that value (GroupQueryAttention's Reshape(Transpose(.)) of
+// the model's Transpose(Reshape(v_proj)) kept a Reshape pair). The pass
+// alone, without remove_unused after it.
+namespace {
+
+Graph collapsed_alone(GraphBuilder& b, const std::string& v) {
+  b.add_output(b.op("Relu", {v}), b.type(v));
+  Graph g = b.take();
+  PassOptions o;
+  o.opset = 18;
+  collapse_layout_chains(g, o);
+  return g;
+}
+
+}  // namespace
+
+TEST(FuseLayout, CancelledTransposePairLeavesNoReaderOfItsSource) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({S("b"), S("s"), N(64)}));
+  std::string view =
+      b.op("Reshape", {"x", b.const_i64({0, 0, 2, 32})}, {}, f32({S("b"), S("s"), N(2), N(32)}));
+  std::string t1 = b.op("Transpose", {view}, {Attr::Ints("perm", {0, 2, 1, 3})},
+                        f32({S("b"), N(2), S("s"), N(32)}));
+  std::string t2 = b.op("Transpose", {t1}, {Attr::Ints("perm", {0, 2, 1, 3})},
+                        f32({S("b"), S("s"), N(2), N(32)}));
+  std::string r = b.op("Reshape", {t2, b.const_i64({0, 0, 64})}, {}, f32({S("b"), S("s"), N(64)}));
+  Graph g = collapsed_alone(b, r);
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op_type, "Relu");
+  EXPECT_EQ(g.nodes[0].inputs[0], "x");
+}
+
+TEST(FuseLayout, CancelledSqueezeOfUnsqueezeLeavesNoReaderOfItsSource) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({S("b"), S("s"), N(64)}));
+  std::string view =
+      b.op("Reshape", {"x", b.const_i64({0, 0, 2, 32})}, {}, f32({S("b"), S("s"), N(2), N(32)}));
+  std::string u =
+      b.op("Unsqueeze", {view, b.const_i64({1})}, {}, f32({S("b"), N(1), S("s"), N(2), N(32)}));
+  std::string sq = b.op("Squeeze", {u, b.const_i64({1})}, {}, f32({S("b"), S("s"), N(2), N(32)}));
+  std::string r = b.op("Reshape", {sq, b.const_i64({0, 0, 64})}, {}, f32({S("b"), S("s"), N(64)}));
+  Graph g = collapsed_alone(b, r);
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op_type, "Relu");
+  EXPECT_EQ(g.nodes[0].inputs[0], "x");
+}
+
 // ------------------------------------------------------------------ Reshape
 
 TEST(FuseLayout, ReshapeOfReshapeReadsTheSource) {
