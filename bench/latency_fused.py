@@ -625,7 +625,10 @@ def write_md(results, path, command, started, wall_s, profiles):
         "own inputs: no position_ids; the past and present caches are separate buffers, as for "
         "every other file).",
         "- Decoder cases: prefill = batch 1, 128 tokens, empty cache; decode = one token on a "
-        "cache of 128 (batch 1) or 512 (batch 4) positions; all-ones attention mask.", "",
+        "cache of 128 (batch 1) or 512 (batch 4) positions; all-ones attention mask.",
+        f"- Plots: `{os.path.basename(os.path.splitext(path)[0])}.png` (median latency relative "
+        f"to pt2onnx default, per case), `{os.path.basename(os.path.splitext(path)[0])}"
+        "_nodes.png` (nodes per file).", "",
         "Machine load (1-minute load average before / after each model's timing process, "
         f"{len(os.sched_getaffinity(0))} cores): " + ", ".join(
             f"{n} {r['loadavg'][0]:.1f} / {r['loadavg'][1]:.1f}" for n, r in results.items()
@@ -754,9 +757,29 @@ def plot(results, path):
     ax.invert_yaxis()
     ax.set_xlabel("latency relative to pt2onnx default (lower is faster)")
     ax.set_title("onnxruntime CPU, 2 threads: median latency per case")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+    plt.close(fig)
+    # Second figure: nodes per file (what the fusions shrink), per model.
+    names = [n for n, res in results.items() if res.get("files")]
+    fig, ax = plt.subplots(figsize=(12, 0.5 * len(names) * 1.6 + 1.5))
+    for j, col in enumerate(cols):
+        ys, xs = [], []
+        for i, n in enumerate(names):
+            f = results[n]["files"].get(col)
+            if f and "nodes" in f:
+                ys.append(i + (j - (len(cols) - 1) / 2) * h)
+                xs.append(f["nodes"])
+        ax.barh(ys, xs, height=h, label=COLUMNS[col])
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("nodes in the file's graph")
+    ax.set_title("Graph size per exporter")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(os.path.splitext(path)[0] + "_nodes.png", dpi=90)
     plt.close(fig)
 
 
