@@ -466,8 +466,9 @@ def time_worker(name, seconds, min_rounds, max_rounds):
     print(RESULT + json.dumps(rep), flush=True)
 
 
-def profile_worker(name, cname, cols, runs=20):
-    """onnxruntime profiles of `cols` on one case: total time per op type (top first)."""
+def profile_worker(name, cname, cols, seconds=10.0):
+    """onnxruntime profiles of `cols` on one case: kernel time per op type (top first), per
+    run, over 3 to 20 runs (as many as fit in `seconds`) after 2 warm-up runs."""
     spec = MODELS[name]
     c = dict(cases(spec["kind"]))[cname]
     arrays = case_arrays(spec, c)
@@ -478,32 +479,33 @@ def profile_worker(name, cname, cols, runs=20):
         prefix = os.path.join(prof_dir, f"{col}_{re.sub(r'[^a-z0-9]+', '_', cname)}")
         s = session(onnx_path(name, col), prefix)
         feeds = feeds_for(s, arrays)
-        for _ in range(3):
-            s.run(None, feeds)
-        f = s.end_profiling()
-        # Only the runs after the warm-up: a fresh profiled session again.
-        s = session(onnx_path(name, col), prefix)
-        for _ in range(3):
-            s.run(None, feeds)
+        s.run(None, feeds)
+        t0 = time.perf_counter()
+        s.run(None, feeds)
+        runs = max(3, min(20, int(seconds / max(time.perf_counter() - t0, 1e-6))))
         for _ in range(runs):
             s.run(None, feeds)
-        os.unlink(f)
         f = s.end_profiling()
         with open(f) as fh:
             events = json.load(fh)
+        os.unlink(f)
+        # Kernel events of the timed runs only: each run's events follow its model_run event.
+        starts = sorted(ev["ts"] for ev in events
+                        if ev.get("cat") == "Session" and ev.get("name") == "model_run")
+        after = starts[2] if len(starts) > 2 else 0
         by_op, nodes = {}, {}
         for ev in events:
             if ev.get("cat") != "Node" or not ev.get("name", "").endswith("_kernel_time"):
+                continue
+            if ev["ts"] < after:
                 continue
             op = ev.get("args", {}).get("op_name", "?")
             by_op[op] = by_op.get(op, 0) + ev["dur"]
             nodes.setdefault(op, set()).add(ev["name"])
         total = sum(by_op.values())
         top = sorted(by_op.items(), key=lambda kv: -kv[1])
-        # Per run, warm-up runs included in the count: 3 + runs.
-        rep[col] = {"total_ms": total / 1000 / (runs + 3),
-                    "top": [[op, us / 1000 / (runs + 3), len(nodes[op])] for op, us in top[:10]]}
-        os.unlink(f)
+        rep[col] = {"runs": runs, "total_ms": total / 1000 / runs,
+                    "top": [[op, us / 1000 / runs, len(nodes[op])] for op, us in top[:10]]}
     print(RESULT + json.dumps(rep), flush=True)
 
 
@@ -629,6 +631,15 @@ def write_md(results, path, command, started, wall_s, profiles):
         f"- Plots: `{os.path.basename(os.path.splitext(path)[0])}.png` (median latency relative "
         f"to pt2onnx default, per case), `{os.path.basename(os.path.splitext(path)[0])}"
         "_nodes.png` (nodes per file).", "",
+        "Round counts: per case, the time budget divided by one round's time, within "
+        "[min, max] rounds: " + "; ".join(sorted({
+            f"{r['settings']['seconds']:g} s in [{r['settings']['min_rounds']}, "
+            f"{r['settings']['max_rounds']}] for "
+            + ", ".join(n for n, q in results.items()
+                        if q.get("settings", {}).get("seconds") == r["settings"]["seconds"]
+                        and q["settings"]["min_rounds"] == r["settings"]["min_rounds"])
+            for r in results.values() if "settings" in r})) + ". "
+        "Runs per file are in the .json (`runs`).", "",
         "Machine load (1-minute load average before / after each model's timing process, "
         f"{len(os.sched_getaffinity(0))} cores): " + ", ".join(
             f"{n} {r['loadavg'][0]:.1f} / {r['loadavg'][1]:.1f}" for n, r in results.items()
@@ -705,7 +716,7 @@ def write_md(results, path, command, started, wall_s, profiles):
     if profiles:
         L += ["", "## Profiles of missed targets", "",
               "onnxruntime profiles (`SessionOptions.enable_profiling`), ms per run by op type "
-              "(node count), top 10, each file alone after 3 warm-up runs.", ""]
+              "(node count), top 10, each file alone, 3 to 20 runs after 2 warm-up runs.", ""]
         for key, p in profiles.items():
             L.append(f"### {key}")
             L.append("")
@@ -856,6 +867,9 @@ def main():
                                         "--max-rounds", str(a.max_rounds)])
         res.update(tr)
         res["loadavg"] = [load0, os.getloadavg()[0]]
+        res["settings"] = {"seconds": seconds, "min_rounds": a.min_rounds,
+                           "max_rounds": a.max_rounds, "command": command,
+                           "finished": datetime.datetime.now(datetime.timezone.utc).isoformat()}
         results[name] = res
         for t in evaluate_targets({name: res}):
             if a.profile and t["met"] is False:
