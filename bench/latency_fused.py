@@ -601,10 +601,15 @@ def cell(res, cname, col):
 
 def write_md(results, path, command, started, wall_s, profiles):
     rows = evaluate_targets(results)
+    runs_by = {}
+    for n, r in results.items():
+        runs_by.setdefault(r.get("settings", {}).get("command", command), []).append(n)
     L = [
         "# Latency of fused exports (issue 17): pt2onnx beside torch.onnx, onnxruntime's "
         "optimizer and onnxruntime-genai's builder", "",
-        f"Written by `{command}` on {started:%Y-%m-%d %H:%M} UTC in {wall_s / 60:.1f} min. "
+        f"Written by `{command}` on {started:%Y-%m-%d %H:%M} UTC in {wall_s / 60:.1f} min"
+        + ("" if len(runs_by) < 2 else " (results of several runs: " + "; ".join(
+            f"`{c}` for {', '.join(ns)}" for c, ns in runs_by.items()) + ")") + ". "
         f"Machine: {machine()}.", "",
         "onnxruntime CPU execution provider, 2 intra-op threads, 1 inter-op thread, default "
         "graph optimizations. Models from configs with random weights (no hub), saved with "
@@ -845,14 +850,16 @@ def main():
                  saved.get("profiles", {}))
         plot(saved["results"], png)
         return 0
-    results = {}
+    results, profiles = {}, {}
     if a.models and os.path.exists(js):  # a subset updates the previous run's results
         with open(js) as f:
-            results = json.load(f).get("results", {})
+            saved = json.load(f)
+        results = saved.get("results", {})
+        profiles = {k: v for k, v in saved.get("profiles", {}).items()
+                    if k.split(",")[0] not in models}
     command = " ".join(["python bench/latency_fused.py", *sys.argv[1:]])
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.perf_counter()
-    profiles = {}
     for name in models:
         res = {}
         if a.skip_export and os.path.isdir(model_dir(name)):
