@@ -655,6 +655,15 @@ def write_md(results, path, command, started, wall_s, profiles):
                         and q["settings"]["min_rounds"] == r["settings"]["min_rounds"])
             for r in results.values() if "settings" in r})) + ". "
         "Runs per file are in the .json (`runs`).", "",
+        *(["**Busy machine:** the load average exceeded the core count while timing ("
+           + ", ".join(n for n, r in results.items()
+                       if max(r.get("loadavg", [0])) > len(os.sched_getaffinity(0)))
+           + "). Two intra-op threads then wait on each other's scheduling: medians grow by "
+           "up to 10-20x (decode steps most) and no longer rank the graphs; the fastest runs "
+           "do better. Rerun `make bench-latency` on a quiet machine before judging the "
+           "targets.", ""]
+          if any(max(r.get("loadavg", [0])) > len(os.sched_getaffinity(0))
+                 for r in results.values()) else []),
         "Machine load (1-minute load average before / after each model's timing process, "
         f"{len(os.sched_getaffinity(0))} cores): " + ", ".join(
             f"{n} {r['loadavg'][0]:.1f} / {r['loadavg'][1]:.1f}" for n, r in results.items()
