@@ -198,7 +198,7 @@ def export_torch_onnx_hf(ck, task, path, names):
     flat_ins = (["input_ids", "attention_mask", "position_ids"]
                 + [f"past_key_values.{i}.{k}" for k in ("key", "value") for i in range(n)])
     flat_outs = ["logits"] + [f"present.{i}.{k}" for k in ("key", "value") for i in range(n)]
-    if sorted(flat_ins) != sorted(ins) or sorted(flat_outs) != sorted(outs):
+    if ins is not None and (sorted(flat_ins) != sorted(ins) or sorted(flat_outs) != sorted(outs)):
         raise RuntimeError(f"pt2onnx's file has other inputs / outputs: {ins} -> {outs}")
     torch.onnx.export(FlatCache().eval(), args, path, dynamic_shapes=flat_ds, dynamo=True,
                       input_names=flat_ins, output_names=flat_outs, verbose=False)
@@ -276,7 +276,9 @@ def export_worker(name):
             pt2onnx.export(model, (x,), path, dynamic_shapes=ds, **kw)
 
     def tonnx(path):
-        names = io_names(onnx_path(name, "pt2onnx"))
+        # pt2onnx's names where its file exists (decoders name their inputs themselves).
+        ref = onnx_path(name, "pt2onnx")
+        names = io_names(ref) if os.path.exists(ref) else (None, None)
         if task:
             export_torch_onnx_hf(ck, task, path, names)
         else:
