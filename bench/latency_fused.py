@@ -570,8 +570,18 @@ def evaluate_targets(results):
     return rows
 
 
+def pt2onnx_commit():
+    """The commit of the pt2onnx tree imported (the C++ core is built from it)."""
+    import pt2onnx
+
+    d = os.path.dirname(os.path.abspath(pt2onnx.__file__))
+    r = subprocess.run(["git", "-C", d, "log", "-1", "--format=%h %s"], capture_output=True,
+                       text=True)
+    return r.stdout.strip()[:70] if r.returncode == 0 else "unknown"
+
+
 def versions():
-    out = []
+    out = [f"pt2onnx {pt2onnx_commit()}"]
     for p in ["torch", "transformers", "torchvision", "onnxruntime", "onnx", "onnxscript",
               "onnxruntime-genai"]:
         try:
