@@ -7,7 +7,7 @@ APT_PACKAGES := libsimdjson-dev libgtest-dev clang-format time
 STAMP := build/.deps-stamp
 
 .PHONY: all deps deps-clang build python cpp demo test test-quick test-cpp test-python \
-        test-sanitize fuzz bench bench-quick bench-deps bench-load bench-pt2 zoo coverage format format-check \
+        test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 zoo coverage format format-check \
         clean
 
 all: build
@@ -119,6 +119,12 @@ zoo: python bench-deps
 # onnxruntime session creation and peak RSS of our files beside torch.onnx's (bench/load.md).
 bench-load: python bench-deps
 	$(PYTHON) bench/load.py --runs 11
+# onnxruntime latency of pt2onnx's default / opset-23 / target="onnxruntime" files beside
+# torch.onnx, torch.onnx + onnxruntime's optimizer and onnxruntime-genai's builder (issue 17;
+# ~30 min on 2 cores; writes bench/latency.md, .json, .png). LATENCY_ARGS=--quick: a few minutes.
+LATENCY_ARGS ?=
+bench-latency: python bench-deps
+	$(PYTHON) bench/latency_fused.py $(LATENCY_ARGS)
 # .pt2 conversion against cp (~2 min; writes bench/results_pt2.md).
 bench-pt2: cpp
 	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) bench/pt2_convert.py
