@@ -188,14 +188,7 @@ class Folder {
   void forward(size_t k, const std::string& in) {
     Node& n = g_.nodes[k];
     facts_[n.outputs[0]] = fact(in);
-    if (outputs_.count(n.outputs[0])) {
-      Node id = make_node("Identity", {in}, {n.outputs[0]}, {}, n);
-      id.name = n.name;
-      n = std::move(id);
-    } else {
-      replace_uses(g_, n.outputs[0], in);
-      drop_.insert(k);
-    }
+    if (forward_to_input(g_, k, in, outputs_.count(n.outputs[0]) > 0)) drop_.insert(k);
     ++changed_;
   }
 

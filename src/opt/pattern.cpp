@@ -144,6 +144,18 @@ size_t Rewriter::apply() {
   return n;
 }
 
+bool forward_to_input(Graph& g, size_t k, const std::string& in, bool graph_output) {
+  Node& n = g.nodes[k];
+  if (graph_output) {
+    Node id = make_node("Identity", {in}, {n.outputs[0]}, {}, n);
+    id.name = n.name;
+    n = std::move(id);
+    return false;
+  }
+  replace_uses_deep(g, n.outputs[0], in);
+  return true;
+}
+
 Node make_node(std::string op_type, std::vector<std::string> inputs,
                std::vector<std::string> outputs, std::vector<Attr> attrs, const Node& like,
                std::string domain) {

@@ -82,6 +82,12 @@ class Rewriter {
   std::unordered_map<size_t, std::optional<std::vector<Node>>> edits_;  // nullopt: removed
 };
 
+// Node k of g computes `in` unchanged: every reader reads `in` from now on.
+// Returns true when node k can be dropped; when its output is a graph output
+// (`graph_output`) it becomes Identity(in) instead (remove_identity settles
+// it) and false is returned.
+bool forward_to_input(Graph& g, size_t k, const std::string& in, bool graph_output);
+
 // A node of the default domain (or `domain`) with its origin copied from
 // `like` (module path, FX node and target, module stack).
 Node make_node(std::string op_type, std::vector<std::string> inputs,
