@@ -20,6 +20,15 @@
 // torch does. query_seqlens (all L) is what lets onnxruntime's CPU kernel run
 // a batch of several multi-token chunks over a cache (without it: batch 1
 // only).
+// Rotary inside: when q and the new k are each the output of a com.microsoft
+// RotaryEmbedding (fuse_rotary's, BNSH input, whole head rotated) sharing
+// position ids, caches and layout, read only by the attention, GQA rotates
+// them itself (do_rotary): the caches go in as cos_cache / sin_cache and the
+// rotary's position ids as position_ids. fuse_rotary's caches hold a row per
+// (batch, position), picked by position_ids b * S + s; those are contiguous
+// per batch row, so GQA's first-prompt reading (position_ids[b][0] + s) picks
+// the same rows. GQA wants at least total_sequence_length cache rows: the
+// caches are padded with that many zero rows, never read.
 //
 // Left alone (for fuse_attention's standard Attention, when the opset has
 // it): other targets, no cache, additive masks, masks not proved causal, a
@@ -111,6 +120,32 @@ bool implies_causal(const GraphIndex& idx, const std::string& mask, const Dim& p
          (range_from_zero(idx, add->inputs[1]) && is_past_length(idx, add->inputs[0], past));
 }
 
+// The rotary GQA can do itself, applied to x (see the header comment).
+struct InnerRotary {
+  std::string x, position_ids, cos, sin;
+  bool interleaved = false;
+};
+
+std::optional<InnerRotary> inner_rotary(const GraphIndex& idx, const std::string& v,
+                                        int64_t head_size) {
+  const Node* r = idx.producer(v);
+  if (!r || r->op_type != "RotaryEmbedding" || r->domain != "com.microsoft" ||
+      r->inputs.size() != 4 || r->outputs.size() != 1 || idx.readers(v) != 1 ||
+      idx.is_graph_output(v))
+    return std::nullopt;
+  // BNSH input, every element of the head rotated (no num_heads /
+  // rotary_embedding_dim: those belong to the 3-D and partial forms).
+  if (r->attr("num_heads") || r->attr("rotary_embedding_dim")) return std::nullopt;
+  const Shape* xs = shape_of(idx, r->inputs[0]);
+  const Shape* cs = shape_of(idx, r->inputs[2]);
+  const Shape* ss = shape_of(idx, r->inputs[3]);
+  if (!xs || xs->size() != 4 || !cs || !ss || cs->size() != 2 || ss->size() != 2 ||
+      !(*cs)[1].same_as(Dim::of(head_size / 2)) || !(*ss)[1].same_as(Dim::of(head_size / 2)))
+    return std::nullopt;
+  const Attr* il = r->attr("interleaved");
+  return InnerRotary{r->inputs[0], r->inputs[1], r->inputs[2], r->inputs[3], il && il->i != 0};
+}
+
 }  // namespace
 
 size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
@@ -158,8 +193,12 @@ size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
       return e.op("Reshape", {tr, e.ints({0, 0, heads * d})},
                   ValueType{t, Shape{s[0], s[2], Dim::of(heads * d)}});
     };
-    std::string q3 = to_bsh(m->q, hq);
-    std::string k3 = to_bsh(m->key_new, hkv);
+    auto rq = inner_rotary(idx, m->q, d);
+    auto rk = inner_rotary(idx, m->key_new, d);
+    const bool rotary = rq && rk && rq->position_ids == rk->position_ids && rq->cos == rk->cos &&
+                        rq->sin == rk->sin && rq->interleaved == rk->interleaved;
+    std::string q3 = to_bsh(rotary ? rq->x : m->q, hq);
+    std::string k3 = to_bsh(rotary ? rk->x : m->key_new, hkv);
     std::string v3 = to_bsh(m->value_new, hkv);
     auto i64 = [](Shape s) { return ValueType{DType::Int64, std::move(s)}; };
     auto i32 = [](Shape s) { return ValueType{DType::Int32, std::move(s)}; };
@@ -208,9 +247,24 @@ size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
     std::vector<std::string> inputs{q3,      k3, v3, m->past_key, m->past_value, seqlens,
                                     total32, "", "", "",          bias,          "",
                                     "",      "", "", "",          qlens};
-    e.node("GroupQueryAttention", inputs, {y3, m->present_key, m->present_value},
-           {Attr::Int("num_heads", hq), Attr::Int("kv_num_heads", hkv),
-            Attr::Float("scale", static_cast<float>(m->scale))},
+    std::vector<Attr> attrs{Attr::Int("num_heads", hq), Attr::Int("kv_num_heads", hkv),
+                            Attr::Float("scale", static_cast<float>(m->scale))};
+    if (rotary) {
+      // total_sequence_length zero rows after the cache rows (see the header).
+      std::string pads = e.op("Concat", {e.ints({0, 0}), total, e.ints({0})}, i64({Dim::of(4)}),
+                              {Attr::Int("axis", 0)});
+      auto padded = [&](const std::string& c) {
+        ValueType ct = *g.type_of(c);
+        ct.shape = Shape{Dim::unknown(), (*ct.shape)[1]};
+        return e.op("Pad", {c, pads}, ct);
+      };
+      inputs[7] = padded(rq->cos);
+      inputs[8] = padded(rq->sin);
+      inputs[9] = rq->position_ids;
+      attrs.push_back(Attr::Int("do_rotary", 1));
+      if (rq->interleaved) attrs.push_back(Attr::Int("rotary_interleaved", 1));
+    }
+    e.node("GroupQueryAttention", inputs, {y3, m->present_key, m->present_value}, attrs,
            "com.microsoft");
     std::string y4 = e.op("Reshape", {y3, e.ints({0, 0, hq, d})},
                           ValueType{t, Shape{Q[0], Q[2], Dim::of(hq), Dim::of(d)}});

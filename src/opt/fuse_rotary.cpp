@@ -28,8 +28,12 @@
 // the per-(batch, position) cache goes flattened to [B * S, h] with
 // position_ids = b * S + s, which picks the same rows.
 //
-// Left alone: C / S not proven pair-equal, or of another batch / sequence
-// shape than x (broadcast batch 1 included); Slice boundaries other than
+// A cache of batch 1 read by an x of another batch (transformers' positions
+// without position_ids: cache_position[None]) is expanded to x's batch first;
+// the ops take no batch broadcast.
+//
+// Left alone: C / S not proven pair-equal, or of another batch (other than
+// 1) / sequence shape than x; Slice boundaries other than
 // h / steps other than 1 (2 interleaved); the Neg on the first half (or the
 // even elements); interior values read outside the pattern or graph outputs;
 // unknown ranks / dims; dtypes other than float, float16, bfloat16.
@@ -281,6 +285,7 @@ struct Match {
   bool interleaved = false;
   int64_t rotary_dim = 0;  // set when partial
   Shape shape;             // of `input`
+  bool batch_one = false;  // caches of batch 1, x of another batch
 };
 
 std::optional<Match> match_add(const GraphIndex& ix, size_t index) {
@@ -318,15 +323,17 @@ std::optional<Match> match_add(const GraphIndex& ix, size_t index) {
         if (!cs || !ss || cs->head_axis != ss->head_axis) continue;
         // Caches: [B, S, D / 2] with x's B and S.
         int64_t seq_axis = cs->head_axis == 1 ? 2 : 1;
-        bool shapes = true;
+        bool shapes = true, batch_one = false;
         for (const std::string& a : {cs->a, ss->a}) {
           auto as = shape_of(ix, a);
-          shapes = shapes && as && as->size() == 3 && (*as)[0].same_as((*xs)[0]) &&
+          shapes = shapes && as && as->size() == 3 &&
+                   ((*as)[0].same_as((*xs)[0]) || (*as)[0].same_as(Dim::of(1))) &&
                    (*as)[1].same_as((*xs)[static_cast<size_t>(seq_axis)]) && (*as)[2].is_static() &&
                    2 * (*as)[2].value == xs->back().value;
+          batch_one = batch_one || (shapes && !(*as)[0].same_as((*xs)[0]));
         }
         if (!shapes) continue;
-        Match m{index, *x, *cs, *ss, interleaved, 0, *xs};
+        Match m{index, *x, *cs, *ss, interleaved, 0, *xs, batch_one};
         return m;
       }
     }
@@ -378,6 +385,10 @@ class Emitter {
     std::vector<Node> out;
     std::string cos = cache(m.cos, out);
     std::string sin = cache(m.sin, out);
+    if (m.batch_one) {
+      cos = to_batch_of(cos, m.input, xs[0], last, out);
+      sin = to_batch_of(sin, m.input, xs[0], last, out);
+    }
     DType dt = g_.type_of(m.input)->dtype;
     std::string x = m.input;
     std::string y = last.outputs[0];
@@ -456,6 +467,23 @@ class Emitter {
     return v;
   }
 
+  // c [1, S, h] expanded to x's batch B: Expand(c, [B, 1, 1]).
+  std::string to_batch_of(const std::string& c, const std::string& x, const Dim& b,
+                          const Node& like, std::vector<Node>& out) {
+    std::string key = c + "#" + b.sym + "#" + std::to_string(b.value);
+    auto it = expanded_.find(key);
+    if (it != expanded_.end()) return it->second;
+    std::string bx = fresh(x + "_batch", DType::Int64, {Dim::of(1)});
+    out.push_back(node("Shape", {x}, {bx}, {Attr::Int("start", 0), Attr::Int("end", 1)}, like));
+    std::string shape = fresh(c + "_batch_shape", DType::Int64, {Dim::of(3)});
+    out.push_back(node("Concat", {bx, ints({1, 1})}, {shape}, {Attr::Int("axis", 0)}, like));
+    const ValueType* t = g_.type_of(c);
+    std::string y = fresh(c + "_batched", t->dtype, {b, (*t->shape)[1], (*t->shape)[2]});
+    out.push_back(node("Expand", {c, shape}, {y}, {}, like));
+    expanded_[key] = y;
+    return y;
+  }
+
   // com.microsoft's form: position_ids b * S + s and the cache as [B * S, h].
   std::pair<std::string, std::string> flat(const std::string& c, const Node& like,
                                            std::vector<Node>& out) {
@@ -497,7 +525,7 @@ class Emitter {
   const GraphIndex& ix_;
   const PassOptions& o_;
   FreshNames names_;
-  std::unordered_map<std::string, std::string> consts_, caches_, positions_;
+  std::unordered_map<std::string, std::string> consts_, caches_, positions_, expanded_;
   std::unordered_map<std::string, std::pair<std::string, std::string>> flat_;
 };
 

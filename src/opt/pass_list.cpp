@@ -76,6 +76,9 @@ const std::vector<std::pair<const char*, FusionPass>>& fusions() {
       // Unsqueeze / Reshape, attention's head transposes, which it would
       // merge into forms they do not take), on what those leave.
       {"collapse_layout_chains", collapse_layout_chains},
+      // After the layout chains are gone: GQA's q / k / v are then the
+      // projections' outputs themselves.
+      {"fuse_packed_qkv", fuse_packed_qkv},
       // skip norm runs after the attention and activation fusions
       {"fuse_skip_norm", fuse_skip_norm},
       // At the end, after attention (which reads the MatMuls it replaces).

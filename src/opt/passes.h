@@ -45,7 +45,7 @@ size_t fuse_rotary(Graph& g, const PassOptions& o);
 size_t fuse_gelu(Graph& g, const PassOptions& o);
 size_t fuse_matmul_transpose(Graph& g, const PassOptions& o);
 size_t fuse_gemm(Graph& g, const PassOptions& o);
-size_t fuse_qkv_matmul(Graph& g, const PassOptions& o);
+size_t fuse_packed_qkv(Graph& g, const PassOptions& o);
 
 // The graph's float32 values, weights and computation in float16 or bfloat16
 // (`to`), keeping in float32 the ops precision needs (norm statistics,

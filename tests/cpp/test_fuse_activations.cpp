@@ -1,5 +1,5 @@
-// Activation and MatMul fusions: fuse_gelu, fuse_gemm, fuse_matmul_transpose,
-// fuse_qkv_matmul. Each pattern fused (op, attributes, inputs checked), each
+// Activation and MatMul fusions: fuse_gelu, fuse_gemm, fuse_matmul_transpose.
+// Each pattern fused (op, attributes, inputs checked), each
 // near miss left alone.
 #include <gtest/gtest.h>
 
@@ -448,83 +448,3 @@ TEST(FuseMatMulTranspose, NearMissesLeftAlone) {
   }
 }
 
-// ---- fuse_qkv_matmul
-
-TEST(FuseQkvMatMul, ProjectionsSharingAnInputArePacked) {
-  GraphBuilder b(18);
-  b.add_input("x", f32({Dim::symbol("b"), Dim::symbol("s"), Dim::of(2)}));
-  std::vector<std::string> outs;
-  for (int i = 0; i < 3; ++i) {
-    // W_i [2, i + 1], values 100 * i + 10 * row + col
-    std::vector<float> v;
-    for (int r = 0; r < 2; ++r)
-      for (int c = 0; c <= i; ++c) v.push_back(float(100 * i + 10 * r + c));
-    std::string w = b.initializer("w" + std::to_string(i),
-                                  TensorData::from_vector(DType::Float, {2, i + 1}, v));
-    outs.push_back(b.op("Relu", {b.op("MatMul", {"x", w})}));
-  }
-  for (auto& o : outs) b.add_output(o, b.type(o));
-  Graph g = b.take();
-  Graph std_g = g;
-  EXPECT_EQ(fuse(std_g, fuse_qkv_matmul, kStd20), 0u);
-  EXPECT_EQ(fuse(g, fuse_qkv_matmul, kOrt18), 1u);
-  EXPECT_EQ(count_op(g, "MatMul"), 1u);
-  const Node* mm = find_op(g, "MatMul");
-  const Node* sp = find_op(g, "Split");
-  ASSERT_NE(sp, nullptr);
-  EXPECT_EQ(sp->inputs[0], mm->outputs[0]);
-  EXPECT_EQ(sp->outputs.size(), 3u);
-  const TensorData* w = nullptr;
-  const TensorData* split = nullptr;
-  for (auto& i : g.initializers) {
-    if (i.name == mm->inputs[1]) w = &i.data;
-    if (i.name == sp->inputs[1]) split = &i.data;
-  }
-  ASSERT_NE(w, nullptr);
-  ASSERT_NE(split, nullptr);
-  EXPECT_EQ(w->dims, (std::vector<int64_t>{2, 6}));
-  std::vector<float> want{0, 100, 101, 200, 201, 202, 10, 110, 111, 210, 211, 212};
-  EXPECT_EQ(std::vector<float>(w->as<float>(), w->as<float>() + 12), want);
-  EXPECT_EQ(std::vector<int64_t>(split->as<int64_t>(), split->as<int64_t>() + 3),
-            (std::vector<int64_t>{1, 2, 3}));
-  // Each Relu still reads its own projection, in topological order.
-  for (auto& n : g.nodes)
-    if (n.op_type == "Relu") {
-      bool from_split = false;
-      for (auto& o : sp->outputs) from_split |= o == n.inputs[0];
-      EXPECT_TRUE(from_split);
-    }
-}
-
-TEST(FuseQkvMatMul, NearMissesLeftAlone) {
-  {  // two MatMuls on different activations
-    GraphBuilder b(18);
-    b.add_input("x", f32({Dim::symbol("b"), Dim::of(2)}));
-    std::string w0 =
-        b.initializer("w0", TensorData::from_vector(DType::Float, {2, 3}, std::vector<float>(6)));
-    std::string w1 =
-        b.initializer("w1", TensorData::from_vector(DType::Float, {2, 3}, std::vector<float>(6)));
-    b.add_input("y", f32({Dim::symbol("b"), Dim::of(2)}));
-    std::string a = b.op("MatMul", {"x", w0});
-    std::string c = b.op("MatMul", {"y", w1});
-    b.add_output(a, b.type(a));
-    b.add_output(c, b.type(c));
-    Graph g = b.take();
-    EXPECT_EQ(fuse(g, fuse_qkv_matmul, kOrt18), 0u);
-  }
-  {  // a weight read elsewhere (tied)
-    GraphBuilder b(18);
-    b.add_input("x", f32({Dim::symbol("b"), Dim::of(2)}));
-    std::string w0 =
-        b.initializer("w0", TensorData::from_vector(DType::Float, {2, 2}, std::vector<float>(4)));
-    std::string w1 =
-        b.initializer("w1", TensorData::from_vector(DType::Float, {2, 2}, std::vector<float>(4)));
-    std::string a = b.op("MatMul", {"x", w0});
-    std::string c = b.op("MatMul", {"x", w1});
-    std::string d = b.op("Add", {c, w0});
-    b.add_output(a, b.type(a));
-    b.add_output(d, b.type(d));
-    Graph g = b.take();
-    EXPECT_EQ(fuse(g, fuse_qkv_matmul, kOrt18), 0u);
-  }
-}

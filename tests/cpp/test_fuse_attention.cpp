@@ -1,6 +1,6 @@
-// Attention fusions (fuse_attention.cpp, fuse_group_query_attention.cpp): the
-// SDPA decomposition of convert/attention.cpp, built by hand, fused; each near
-// miss left alone.
+// Attention fusions (fuse_attention.cpp, fuse_group_query_attention.cpp,
+// fuse_multi_head_attention.cpp, fuse_packed_qkv.cpp): the SDPA decomposition
+// of convert/attention.cpp, built by hand, fused; each near miss left alone.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -314,6 +314,212 @@ TEST(FuseGroupQueryAttention, NearMisses) {
   s = {};
   s.past_not_input = true;
   EXPECT_EQ(gqa(s), 0u) << "past not a graph input";
+}
+
+// q and k_new as com.microsoft RotaryEmbedding outputs (fuse_rotary's form)
+// of q_raw / k_raw, with position ids and [N, 8] caches. `k_cos` reads other
+// caches for k; `k_attrs` gives k's rotary these attributes.
+Graph with_rotary(Graph g, bool k_other_caches = false, std::vector<Attr> k_attrs = {},
+                  bool interleaved = false) {
+  Dim B = sym("B"), L = sym("L");
+  auto rename_input = [&](const std::string& from, const std::string& to) {
+    for (auto& i : g.inputs)
+      if (i.name == from) i.name = to;
+    g.types[to] = g.types.at(from);
+  };
+  rename_input("q", "q_raw");
+  rename_input("k_new", "k_raw");
+  // The mask's Shape reads go to the raw values (same shapes), as in a model,
+  // where the rotated q / k are read by the attention alone.
+  for (auto& n : g.nodes)
+    if (n.op_type == "Shape")
+      for (auto& i : n.inputs) i = i == "q" ? "q_raw" : i == "k_new" ? "k_raw" : i;
+  g.inputs.push_back({"pos", ValueType{DType::Int64, Shape{B, L}}});
+  for (const char* c : {"cos", "sin", "cos2"}) {
+    g.inputs.push_back({c, f32({sym("N"), Dim::of(8)})});
+    g.types[c] = f32({sym("N"), Dim::of(8)});
+  }
+  g.types["pos"] = ValueType{DType::Int64, Shape{B, L}};
+  std::vector<Attr> qa;
+  if (interleaved) {
+    qa.push_back(Attr::Int("interleaved", 1));
+    k_attrs.push_back(Attr::Int("interleaved", 1));
+  }
+  Node rq{"RotaryEmbedding", "com.microsoft", "rot_q", {"q_raw", "pos", "cos", "sin"}, {"q"}, qa};
+  Node rk{"RotaryEmbedding", "com.microsoft",
+          "rot_k",           {"k_raw", "pos", k_other_caches ? "cos2" : "cos", "sin"},
+          {"k_new"},         k_attrs};
+  g.nodes.insert(g.nodes.begin(), {rq, rk});
+  g.domain_versions["com.microsoft"] = 1;
+  return g;
+}
+
+TEST(FuseGroupQueryAttention, RotaryInside) {
+  for (bool interleaved : {false, true}) {
+    Graph g = with_rotary(build({}), false, {}, interleaved);
+    ASSERT_EQ(fuse_group_query_attention(g, ort18), 1u);
+    run_default_passes(g, ort18);
+    EXPECT_EQ(count(g, "RotaryEmbedding"), 0u);
+    const Node* a = find(g, "GroupQueryAttention");
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(a->attr("do_rotary"), nullptr);
+    EXPECT_EQ(a->attr("do_rotary")->i, 1);
+    EXPECT_EQ(a->attr("rotary_interleaved") != nullptr, interleaved);
+    EXPECT_EQ(a->inputs[9], "pos");
+    // The caches padded by total_sequence_length rows (a Pad of each).
+    for (size_t i : {7u, 8u}) {
+      const Node* pad = nullptr;
+      for (auto& n : g.nodes)
+        if (!n.outputs.empty() && n.outputs[0] == a->inputs[i]) pad = &n;
+      ASSERT_NE(pad, nullptr);
+      EXPECT_EQ(pad->op_type, "Pad");
+      EXPECT_EQ(pad->inputs[0], i == 7 ? "cos" : "sin");
+    }
+    // q / k reach GQA unrotated: the raw inputs, through layout ops only.
+    std::string q = a->inputs[0];
+    for (int hop = 0; hop < 4 && q != "q_raw"; ++hop)
+      for (auto& n : g.nodes)
+        if (!n.outputs.empty() && n.outputs[0] == q) q = n.inputs[0];
+    EXPECT_EQ(q, "q_raw");
+  }
+}
+
+TEST(FuseGroupQueryAttention, RotaryLeftOutsideOnNearMisses) {
+  auto rotaries_left = [](Graph g) {
+    EXPECT_EQ(fuse_group_query_attention(g, ort18), 1u);
+    const Node* a = find(g, "GroupQueryAttention");
+    EXPECT_EQ(a->attr("do_rotary"), nullptr);
+    EXPECT_TRUE(a->inputs[9].empty());
+    run_default_passes(g, ort18);
+    return count(g, "RotaryEmbedding");
+  };
+  EXPECT_EQ(rotaries_left(with_rotary(build({}), true)), 2u) << "q and k with other caches";
+  EXPECT_EQ(rotaries_left(with_rotary(build({}), false, {Attr::Int("rotary_embedding_dim", 8)})),
+            2u)
+      << "k rotated in part";
+  {  // k's rotary output read elsewhere too
+    Graph g = with_rotary(build({}));
+    g.outputs.push_back({"k_new", g.types.at("k_new")});
+    EXPECT_EQ(rotaries_left(g), 2u) << "rotated k read elsewhere";
+  }
+}
+
+// ---- fuse_packed_qkv: a GQA node over projections of one activation.
+
+struct PackSpec {
+  bool bias = true;
+  bool other_activation = false;  // v projects another input
+  bool tied = false;              // W_k read elsewhere too
+  bool bias_on_q_only = false;
+  int64_t nk = 32;  // W_k's N (kv_num_heads * 16 = 32 when right)
+};
+
+Graph build_gqa_over_projections(const PackSpec& s) {
+  GraphBuilder b(18);
+  Dim B = sym("B"), L = sym("L"), P = sym("P");
+  b.add_input("x", f32({B, L, Dim::of(8)}));
+  b.add_input("x2", f32({B, L, Dim::of(8)}));
+  b.add_input("past_k", f32({B, Dim::of(2), P, Dim::of(16)}));
+  b.add_input("past_v", f32({B, Dim::of(2), P, Dim::of(16)}));
+  b.add_input("seqlens", ValueType{DType::Int32, Shape{B}});
+  b.add_input("total", ValueType{DType::Int32, Shape{}});
+  std::vector<std::string> qkv;
+  const int64_t ns[3] = {64, s.nk, 32};
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> w;
+    for (int r = 0; r < 8; ++r)
+      for (int c = 0; c < ns[i]; ++c) w.push_back(float(1000 * i + 100 * r + c));
+    std::string wn = b.initializer("w" + std::to_string(i),
+                                   TensorData::from_vector(DType::Float, {8, ns[i]}, w));
+    std::string a = (i == 2 && s.other_activation) ? "x2" : "x";
+    std::string y = b.op("MatMul", {a, wn}, {}, f32({B, L, Dim::of(ns[i])}));
+    if (s.bias || (s.bias_on_q_only && i == 0)) {
+      std::vector<float> bv(static_cast<size_t>(ns[i]), float(i + 1));
+      std::string bn = b.initializer("b" + std::to_string(i),
+                                     TensorData::from_vector(DType::Float, {ns[i]}, bv));
+      y = b.op("Add", {bn, y}, {}, f32({B, L, Dim::of(ns[i])}));
+    }
+    qkv.push_back(y);
+  }
+  if (s.tied) {
+    std::string t = b.op("Transpose", {"w1"}, {}, f32({Dim::of(s.nk), Dim::of(8)}));
+    b.add_output(t, f32({Dim::of(s.nk), Dim::of(8)}));
+  }
+  auto outs = b.add_node("GroupQueryAttention",
+                         {qkv[0], qkv[1], qkv[2], "past_k", "past_v", "seqlens", "total"}, 3,
+                         {Attr::Int("num_heads", 4), Attr::Int("kv_num_heads", 2)},
+                         {f32({B, L, Dim::of(64)}), f32({B, Dim::of(2), sym("T"), Dim::of(16)}),
+                          f32({B, Dim::of(2), sym("T"), Dim::of(16)})},
+                         "com.microsoft");
+  for (auto& o : outs) b.add_output(o, b.type(o));
+  return b.take();
+}
+
+const TensorData* init(const Graph& g, const std::string& name) {
+  for (auto& i : g.initializers)
+    if (i.name == name) return &i.data;
+  return nullptr;
+}
+
+TEST(FusePackedQkv, ProjectionsBecomeThePackedQuery) {
+  for (bool bias : {true, false}) {
+    PackSpec s;
+    s.bias = bias;
+    Graph g = build_gqa_over_projections(s);
+    Graph std_g = g;
+    EXPECT_EQ(fuse_packed_qkv(std_g, standard23), 0u);
+    ASSERT_EQ(fuse_packed_qkv(g, ort18), 1u);
+    run_default_passes(g, ort18);
+    EXPECT_EQ(count(g, "MatMul"), 1u);
+    const Node* a = find(g, "GroupQueryAttention");
+    ASSERT_NE(a, nullptr);
+    EXPECT_TRUE(a->inputs[1].empty());
+    EXPECT_TRUE(a->inputs[2].empty());
+    EXPECT_EQ(g.types.at(a->inputs[0]).shape->back(), Dim::of(128));
+    const Node* mm = find(g, "MatMul");
+    const TensorData* w = init(g, mm->inputs[1]);
+    ASSERT_NE(w, nullptr);
+    EXPECT_EQ(w->dims, (std::vector<int64_t>{8, 128}));
+    // Row 3: W_q's row 3, then W_k's, then W_v's.
+    const float* row = w->as<float>() + 3 * 128;
+    EXPECT_EQ(row[0], 300.0f);
+    EXPECT_EQ(row[63], 363.0f);
+    EXPECT_EQ(row[64], 1300.0f);
+    EXPECT_EQ(row[96], 2300.0f);
+    EXPECT_EQ(row[127], 2331.0f);
+    if (bias) {
+      const Node* add = find(g, "Add");
+      ASSERT_NE(add, nullptr);
+      EXPECT_EQ(add->outputs[0], a->inputs[0]);
+      const TensorData* bv = init(g, add->inputs[1]);
+      ASSERT_NE(bv, nullptr);
+      EXPECT_EQ(bv->as<float>()[0], 1.0f);
+      EXPECT_EQ(bv->as<float>()[64], 2.0f);
+      EXPECT_EQ(bv->as<float>()[127], 3.0f);
+    } else {
+      EXPECT_EQ(mm->outputs[0], a->inputs[0]);
+    }
+  }
+}
+
+TEST(FusePackedQkv, NearMissesLeftAlone) {
+  auto packed = [](PackSpec s) {
+    Graph g = build_gqa_over_projections(s);
+    return fuse_packed_qkv(g, ort18);
+  };
+  PackSpec s;
+  s.other_activation = true;
+  EXPECT_EQ(packed(s), 0u) << "v projects another activation";
+  s = {};
+  s.tied = true;
+  EXPECT_EQ(packed(s), 0u) << "W_k read elsewhere";
+  s = {};
+  s.bias = false;
+  s.bias_on_q_only = true;
+  EXPECT_EQ(packed(s), 0u) << "bias on q only";
+  s = {};
+  s.nk = 48;
+  EXPECT_EQ(packed(s), 0u) << "W_k's N is not kv_num_heads * head size";
 }
 
 TEST(FuseMultiHeadAttention, EncoderWithoutCache) {

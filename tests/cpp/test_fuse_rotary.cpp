@@ -38,7 +38,7 @@ struct HalfKnobs {
   int64_t split = 4;             // Slice boundary (h = 4)
   bool neg_first_half = false;   // Neg on Slice(x, :h)
   bool interior_output = false;  // the Neg also a graph output
-  bool broadcast_batch = false;  // a is [1, S, 4]
+  int64_t cache_batch = 0;       // a is [cache_batch, S, 4] (0: x's batch B)
   bool vector_scale = false;     // cos * a [8] constant instead of a scalar
   int64_t head_axis = 1;
 };
@@ -48,7 +48,7 @@ Graph rotate_half(const HalfKnobs& k = {}) {
   Shape xs = k.head_axis == 1 ? Shape{kB, Dim::of(3), kS, Dim::of(8)}
                               : Shape{kB, kS, Dim::of(3), Dim::of(8)};
   b.add_input("x", f32(xs));
-  b.add_input("a", f32({k.broadcast_batch ? Dim::of(1) : kB, kS, Dim::of(4)}));
+  b.add_input("a", f32({k.cache_batch ? Dim::of(k.cache_batch) : kB, kS, Dim::of(4)}));
   b.add_input("a2", f32({kB, kS, Dim::of(4)}));
   std::string cat = b.op("Concat", {"a", k.pair_equal ? "a" : "a2"}, {Attr::Int("axis", -1)});
   std::string scale =
@@ -124,6 +124,24 @@ TEST(FuseRotary, RotateHalfOnnxRuntime) {
   EXPECT_EQ(g.domain_versions.count("com.microsoft"), 1u);
 }
 
+TEST(FuseRotary, BatchOneCachesExpandedToTheBatch) {
+  // transformers without position_ids: cos / sin [1, S, 4] broadcast over x's batch.
+  for (Target t : {Target::Standard, Target::OnnxRuntime}) {
+    HalfKnobs k;
+    k.cache_batch = 1;
+    Graph g = rotate_half(k);
+    ASSERT_EQ(fuse(g, 23, t), 1u);
+    const Node* r = find(g, "RotaryEmbedding");
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(count(g, "Expand"), 2);  // cos and sin
+    // Input 1: the standard op's cos, expanded to [B, S, 4]; com.microsoft's
+    // position ids [B, S] into the expanded cache, flattened.
+    const ValueType* c = g.type_of(r->inputs[1]);
+    ASSERT_TRUE(c && c->shape);
+    EXPECT_EQ((*c->shape)[0], kB);
+  }
+}
+
 TEST(FuseRotary, NothingToEmitAtOpset18Standard) {
   Graph g = rotate_half();
   EXPECT_EQ(fuse(g, 18, Target::Standard), 0u);
@@ -164,8 +182,8 @@ TEST(FuseRotary, LeavesNearMisses) {
   k.interior_output = true;
   left_alone(k, "interior value read outside the pattern");
   k = {};
-  k.broadcast_batch = true;
-  left_alone(k, "cos of batch 1 broadcast over x's batch");
+  k.cache_batch = 2;
+  left_alone(k, "cos of batch 2 against x's batch B");
   k = {};
   k.vector_scale = true;
   left_alone(k, "cos scaled by a vector, not a scalar");

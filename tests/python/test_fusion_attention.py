@@ -222,6 +222,14 @@ def test_llama_with_past(tmp_path, opset, target, op):
     assert c["Softmax"] == 0
     if op == "Attention":
         assert c["Expand"] == 0  # repeat_kv gone
+    else:
+        # Rotary inside GQA, and q / k / v one packed projection read as its query:
+        # per layer q|k|v, o, gate, up, down, then the LM head.
+        assert c["RotaryEmbedding"] == 0 and c["MatMul"] == 2 * 5 + 1
+        for n in onnx.load(str(out)).graph.node:
+            if n.op_type == "GroupQueryAttention":
+                a = {x.name: x.i for x in n.attribute}
+                assert a["do_rotary"] == 1 and n.input[1] == n.input[2] == ""
 
 
 @pytest.mark.parametrize("opset,attention", [(18, 0), (23, 2)])

@@ -183,7 +183,45 @@ def test_llama_for_causal_lm(tiny_llama, tmp_path, opset, target, domain):
                              target=target)
     assert r.checks["max_abs_error"] < 1e-4
     nodes = rotary_nodes(path)
+    if target == "onnxruntime":
+        # Rotary inside GroupQueryAttention (do_rotary), one per layer; cos / sin
+        # caches (inputs 7, 8) and position ids (9) made once for every layer.
+        assert nodes == []
+        gqa = [n for n in onnx.load(path).graph.node if n.op_type == "GroupQueryAttention"]
+        assert len(gqa) == 2 and all(attrs(n)["do_rotary"] == 1 for n in gqa)
+        assert len({tuple(n.input[7:10]) for n in gqa}) == 1
+        return
     assert len(nodes) == 4  # q and k in each of 2 layers
     assert all(n.domain == domain for n in nodes)
     # cos / sin made once, shared by every layer.
     assert len({tuple(n.input[1:]) for n in nodes}) == 1
+
+
+class LlamaNoPositionIds(torch.nn.Module):
+    """LlamaForCausalLM called without position_ids: transformers' positions are
+    cache_position[None], so cos / sin have batch 1 and the rotation broadcasts
+    them over the batch."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.m = tr.LlamaForCausalLM.from_pretrained(path).eval()
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, use_cache=False).logits
+
+
+@pytest.mark.parametrize("opset,target,domain", TARGETS)
+def test_llama_without_position_ids_batch_one_caches(tiny_llama, tmp_path, opset, target,
+                                                      domain):
+    m = LlamaNoPositionIds(tiny_llama)
+    path = str(tmp_path / "llama.onnx")
+    ids = torch.randint(0, 1000, (2, 6))
+    export(m, (ids,), ({0: B, 1: S},), path, opset, target)
+    nodes = rotary_nodes(path)
+    assert len(nodes) == 4 and all(n.domain == domain for n in nodes)
+    assert len({tuple(n.input[1:]) for n in nodes}) == 1
+    # Fresh batch and length, batch 1 included.
+    for b, s in ((3, 9), (1, 4)):
+        torch.manual_seed(b)
+        assert_matches(m, path, {"input_ids": torch.randint(0, 1000, (b, s))}, atol=1e-4,
+                       rtol=1e-4)
