@@ -379,6 +379,12 @@ def session(path, profile_prefix=None):
     so = ort.SessionOptions()
     so.intra_op_num_threads = THREADS
     so.inter_op_num_threads = 1
+    # No spin-waiting: every file's session has its own intra-op pool, and with spinning on
+    # (onnxruntime's default) the idle pools of the other files spin on the same 2 cores while
+    # one file runs. Measured on Qwen2 512/4 (decode batch 1, past 128): 12-13 ms per step with
+    # 5 spinning sessions in one process against 3.2-4.0 ms for one session alone; with
+    # spinning off, 3.8-4.7 ms in one process, ranked as when each file runs alone.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if profile_prefix:
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
@@ -397,8 +403,19 @@ def file_stats(path):
         key = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
         ops[key] = ops.get(key, 0) + 1
     opsets = {o.domain or "ai.onnx": o.version for o in m.opset_import}
+    # Bytes of the initializers a step reads whole: all but those only gathered from (the
+    # token embedding, of which a step reads a row per token).
+    import numpy as np
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    readers = {}
+    for n in m.graph.node:
+        for i in n.input:
+            readers.setdefault(i, set()).add(n.op_type)
+    streamed = sum(int(np.prod(t.dims)) * np.dtype(tensor_dtype_to_np_dtype(t.data_type)).itemsize
+                   for t in m.graph.initializer if readers.get(t.name, set()) - {"Gather"})
     return {"bytes": size, "nodes": len(m.graph.node), "ops": ops,
-            "opset": opsets.get("ai.onnx")}
+            "opset": opsets.get("ai.onnx"), "streamed_bytes": streamed}
 
 
 def time_worker(name, seconds, min_rounds, max_rounds):
@@ -521,6 +538,35 @@ def profile_worker(name, cname, cols, seconds=10.0):
     print(RESULT + json.dumps(rep), flush=True)
 
 
+def gemv_bandwidth_worker():
+    """The rate at which onnxruntime streams a float32 weight through MatMul with a single
+    activation row (what a decode step does to every projection): one MatMul [1, 4096] x
+    [4096, 8192] (128 MiB), the session settings of the timed files, median of 30 runs."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    k, n = 4096, 8192
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((k, n), np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], [w])
+    path = os.path.join(WORK, "gemv.onnx")
+    os.makedirs(WORK, exist_ok=True)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
+    s = session(path)
+    x = {"x": np.ones((1, k), np.float32)}
+    for _ in range(3):
+        s.run(None, x)
+    t = []
+    for _ in range(30):
+        t0 = time.perf_counter()
+        s.run(None, x)
+        t.append(time.perf_counter() - t0)
+    os.unlink(path)
+    print(RESULT + json.dumps({"gbps": k * n * 4 / statistics.median(t) / 1e9}), flush=True)
+
+
 # ---- driver ----------------------------------------------------------------------------------
 
 def child(args, timeout=3600):
@@ -621,7 +667,37 @@ def cell(res, cname, col):
     return s
 
 
-def write_md(results, path, command, started, wall_s, profiles):
+def weight_reads(results, gemv_gbps):
+    """Decode steps against the time to read the file's weights once at the MatMul streaming
+    rate measured on this machine (gemv_bandwidth_worker)."""
+    L = ["## Decode steps and weight reads", "",
+         f"A decode step reads every weight once. onnxruntime's MatMul streams a float32 weight "
+         f"with one activation row at **{gemv_gbps:.1f} GB/s** on this machine (one [1, 4096] x "
+         f"[4096, 8192] MatMul, 128 MiB, same session settings). Floor: the bytes of the weights "
+         f"a step reads whole (every initializer but the token embedding, which a step gathers "
+         f"a row of; pt2onnx default's file) at that rate; cells: median ms (x floor).", "",
+         "| model | case | floor (ms) | " + " | ".join(COLUMNS[c] for c in DECODE_COLS) + " |",
+         "|---|---|--:|" + "--:|" * len(DECODE_COLS)]
+    for name, res in results.items():
+        if MODELS[name]["kind"] != "decoder" or "cases" not in res:
+            continue
+        nbytes = res.get("files", {}).get("pt2onnx", {}).get("streamed_bytes")
+        if not nbytes:
+            continue
+        floor = nbytes / gemv_gbps / 1e6
+        for cname, c in res["cases"].items():
+            if not cname.startswith("decode"):
+                continue
+            cells = [f"{c[col]['ms']:.2f} ({c[col]['ms'] / floor:.2f}x)" if "ms" in c.get(col, {})
+                     else "-" for col in DECODE_COLS]
+            L.append(f"| {name} | {cname} | {floor:.2f} | " + " | ".join(cells) + " |")
+    return L + [""]
+
+
+DECODE_COLS = ["pt2onnx", "pt2onnx_ort", "torch_onnx_opt", "builder"]
+
+
+def write_md(results, path, command, started, wall_s, profiles, gemv_gbps=None):
     rows = evaluate_targets(results)
     runs_by = {}
     for n, r in results.items():
@@ -633,8 +709,9 @@ def write_md(results, path, command, started, wall_s, profiles):
         + ("" if len(runs_by) < 2 else " (results of several runs: " + "; ".join(
             f"`{c}` for {', '.join(ns)}" for c, ns in runs_by.items()) + ")") + ". "
         f"Machine: {machine()}.", "",
-        "onnxruntime CPU execution provider, 2 intra-op threads, 1 inter-op thread, default "
-        "graph optimizations. Models from configs with random weights (no hub), saved with "
+        "onnxruntime CPU execution provider, 2 intra-op threads, 1 inter-op thread, spinning off "
+        "(`session.intra_op.allow_spinning = 0`: with it on, the idle sessions of the other "
+        "files spin on the same cores while one runs), default graph optimizations. Models from configs with random weights (no hub), saved with "
         "`save_pretrained`; every exporter reads that checkpoint (ResNet-50: torchvision's "
         "definition, in memory). All files of one model are loaded in one process and run "
         "interleaved, round-robin with the order alternating each round, after two warm-up "
@@ -745,6 +822,8 @@ def write_md(results, path, command, started, wall_s, profiles):
             load = f"{f['load_s']:.2f}" if "load_s" in f else "-"
             L.append(f"| {name} | {COLUMNS[col]} | {load} | {f['bytes'] / 1e6:.1f} | "
                      f"{f['nodes']} | {diff} | {top} |")
+    if gemv_gbps:
+        L += [""] + weight_reads(results, gemv_gbps)
     opt = [(n, r["export"]["torch_onnx_opt"].get("fused")) for n, r in results.items()
            if r.get("export", {}).get("torch_onnx_opt", {}).get("status") == "ok"]
     if opt:
@@ -837,6 +916,7 @@ def main():
     ap.add_argument("--export", metavar="MODEL", help=argparse.SUPPRESS)
     ap.add_argument("--time", metavar="MODEL", help=argparse.SUPPRESS)
     ap.add_argument("--profile-one", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--gemv", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--models", help="comma-separated subset of: " + ", ".join(MODELS))
     ap.add_argument("--quick", action="store_true",
                     help="one small LLaMA and BERT-tiny, short budgets; writes to bench/work/")
@@ -862,6 +942,9 @@ def main():
     if a.profile_one:
         profile_worker(a.profile_one[0], a.profile_one[1], a.profile_one[2].split(","))
         return 0
+    if a.gemv:
+        gemv_bandwidth_worker()
+        return 0
     models = a.models.split(",") if a.models else (QUICK_MODELS if a.quick else DEFAULT_MODELS)
     unknown = [m for m in models if m not in MODELS]
     if unknown:
@@ -880,7 +963,7 @@ def main():
         wall = saved.get("wall_s") or sum(r.get("export_wall_s", 0) + r.get("time_wall_s", 0)
                                           for r in saved["results"].values())
         write_md(saved["results"], md, saved["command"], started, wall,
-                 saved.get("profiles", {}))
+                 saved.get("profiles", {}), saved.get("gemv_gbps"))
         plot(saved["results"], png)
         return 0
     results, profiles = {}, {}
@@ -893,6 +976,8 @@ def main():
     command = " ".join(["python bench/latency_fused.py", *sys.argv[1:]])
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.perf_counter()
+    gemv_gbps = child(["--gemv"])[0]["gbps"]
+    print(f"MatMul weight streaming: {gemv_gbps:.1f} GB/s", flush=True)
     for name in models:
         res = {}
         if a.skip_export and os.path.isdir(model_dir(name)):
@@ -922,9 +1007,9 @@ def main():
         with open(js, "w") as f:
             json.dump({"command": command, "started": started.isoformat(),
                        "wall_s": time.perf_counter() - t0, "results": results,
-                       "profiles": profiles}, f, indent=1)
+                       "profiles": profiles, "gemv_gbps": gemv_gbps}, f, indent=1)
     wall = time.perf_counter() - t0
-    write_md(results, md, command, started, wall, profiles)
+    write_md(results, md, command, started, wall, profiles, gemv_gbps)
     plot(results, png)
     print(open(md).read())
     return 0

@@ -16,9 +16,10 @@
 // likewise): new bytes made at export time, the W_i dropped.
 //
 // Measured (onnxruntime 1.32 CPU, 2 intra-op threads, spinning off, files
-// interleaved in one process; Qwen2 hidden 512 / 4 layers, GQA with rotary
-// inside, packed / unpacked): prefill 128 tokens 0.998, decode past 128
-// 0.955, decode batch 4 past 512 0.907; outputs identical.
+// interleaved in one process; Qwen2 hidden 512 / 4 layers exported with
+// rotary inside GQA, then its three projections packed by hand into one file
+// beside it; packed / unpacked medians): prefill 128 tokens 0.998, decode
+// past 128 0.955, decode batch 4 past 512 0.907; outputs identical.
 //
 // Left alone: GQAs already packed, or with a rotary outside (q / k not read
 // from the MatMuls), projections of different activations, types or K,
