@@ -50,8 +50,10 @@ void gelu(Ctx& c) {
   auto k = [&](double v) { return c.b.scalar(t, v); };
   std::string inner;
   if (approx == "none") {
-    // 0.5 * x * (1 + erf(x / sqrt(2)))
-    inner = c.b.op("Erf", {c.b.op("Mul", {x, k(M_SQRT1_2)})});
+    // 0.5 * x * (1 + erf(x / sqrt(2))), with the Div: onnxruntime's load-time
+    // GeluFusion recognises x / sqrt(2), not x * sqrt(1/2) (measured: BERT-base
+    // at opset 18 kept 12 Erf / 36 Mul unfused with the Mul form).
+    inner = c.b.op("Erf", {c.b.op("Div", {x, k(M_SQRT2)})});
   } else {
     // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
     std::string x3 = c.b.op("Mul", {c.b.op("Mul", {x, x}), x});

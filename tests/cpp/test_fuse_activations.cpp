@@ -447,4 +447,3 @@ TEST(FuseMatMulTranspose, NearMissesLeftAlone) {
     EXPECT_FLOAT_EQ(find_op(g, "FusedMatMul")->attr("alpha")->f, 1.0f);
   }
 }
-

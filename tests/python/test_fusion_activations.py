@@ -416,3 +416,21 @@ def test_fused_matmul_near_miss_other_axes(tmp_path):
         dyn=({0: batch}, {1: batch}),
     )
     assert ("com.microsoft", "FusedMatMul") not in o, o
+
+
+def test_opset18_gelu_is_fused_by_onnxruntime_at_load(tmp_path):
+    # Below opset 20 GELU is decomposed; the form written (x / sqrt(2), not
+    # x * sqrt(1/2)) is the one onnxruntime's own load-time GeluFusion
+    # recognises, so a standard opset-18 file still runs one fused kernel.
+    import onnxruntime as ort
+
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU()).eval()
+    path = str(tmp_path / "gelu.onnx")
+    export_and_check(m, (torch.randn(2, 16),), (torch.randn(5, 16),), path, 18, "standard",
+                     atol=1e-4, rtol=1e-4)
+    assert ("", "Erf") in ops(path)
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "loaded.onnx")
+    ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    loaded = [t for _, t in ops(so.optimized_model_filepath)]
+    assert "Erf" not in loaded and ({"Gelu", "BiasGelu"} & set(loaded)), loaded
