@@ -16,10 +16,13 @@
 // P' either 0 or the size of the cache's sequence axis (transformers'
 // cache_position), or the decomposition's own is_causal mask (top-left,
 // P' = 0). The mask itself (causal + padding) rides in attention_bias, so
-// left padding stays exact; onnxruntime gives zeros for fully masked rows, as
-// torch does. query_seqlens (all L) is what lets onnxruntime's CPU kernel run
-// a batch of several multi-token chunks over a cache (without it: batch 1
-// only).
+// left padding stays exact. onnxruntime gives zeros for fully masked rows, as
+// torch does, in float32; in float16 it gives NaN, so there the rows are
+// zeroed after it.
+//
+// query_seqlens (all L) is what lets onnxruntime's CPU kernel run a batch of
+// several multi-token chunks over a cache (without it: batch 1 only).
+//
 // Rotary inside: when q and the new k are each the output of a com.microsoft
 // RotaryEmbedding (fuse_rotary's, BNSH input, whole head rotated) sharing
 // position ids, caches and layout, read only by the attention, GQA rotates
@@ -232,6 +235,7 @@ size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
     ValueType bt = *g.type_of(mask);
     bt.dtype = t;
     std::string bias = e.op("Where", {mask, e.scalar(t, 0.0), e.scalar(t, -INFINITY)}, bt);
+    const std::string bias_rows = bias;  // before any Unsqueeze (for zero_masked_rows)
     if (bt.shape->size() < 4) {
       std::vector<int64_t> axes;
       Shape s = *bt.shape;
@@ -268,8 +272,13 @@ size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
            "com.microsoft");
     std::string y4 = e.op("Reshape", {y3, e.ints({0, 0, hq, d})},
                           ValueType{t, Shape{Q[0], Q[2], Dim::of(hq), Dim::of(d)}});
-    e.op("Transpose", {y4}, yt, {Attr::Ints("perm", {0, 2, 1, 3})});
-    g.types.erase(e.nodes().back().outputs[0]);
+    std::string out = e.op("Transpose", {y4}, yt, {Attr::Ints("perm", {0, 2, 1, 3})});
+    // onnxruntime's float16 kernel gives NaN rows where the bias hides every
+    // key (float32: zeros, as torch), and a NaN row of a left-padded position
+    // would reach the next layer's cache: zero them as torch does.
+    if (t != DType::Float || o.dtype != DType::Float)
+      out = zero_masked_rows(e, bias_rows, true, t, out, yt, o.opset);
+    g.types.erase(out);
     e.nodes().back().outputs[0] = y;
     for (size_t n : m->nodes) rw.remove(n);
     rw.replace(k, std::move(e.nodes()));

@@ -232,6 +232,21 @@ def test_llama_with_past(tmp_path, opset, target, op):
                 assert a["do_rotary"] == 1 and n.input[1] == n.input[2] == ""
 
 
+def test_llama_with_past_float16_onnxruntime(tmp_path):
+    # onnxruntime's float16 GroupQueryAttention gives NaN rows where every key is
+    # masked (a left-padded position): the fusion zeroes them as torch does, so
+    # verification (a left-padded row at (3, 5, 0), in float32 PyTorch) passes and
+    # no NaN reaches the next layer's cache.
+    from pt2onnx import hf
+
+    d = tiny_llama(tmp_path)
+    out = tmp_path / "m.onnx"
+    r = hf.export_pretrained(str(d), "text-generation-with-past", str(out),
+                             target="onnxruntime", dtype=torch.float16)
+    assert r.checks["max_abs_error"] < 1e-2
+    assert ops(str(out))["GroupQueryAttention"] == 2
+
+
 @pytest.mark.parametrize("opset,attention", [(18, 0), (23, 2)])
 def test_llama_head_size_not_multiple_of_8_falls_back(tmp_path, opset, attention):
     # head size 12: onnxruntime's GroupQueryAttention refuses it; the
