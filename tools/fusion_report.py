@@ -33,7 +33,9 @@ FUSED = {"RMSNormalization", "SimplifiedLayerNormalization", "LayerNormalization
          "com.microsoft::SkipLayerNormalization",
          "com.microsoft::SkipSimplifiedLayerNormalization", "com.microsoft::RotaryEmbedding",
          "com.microsoft::FastGelu", "com.microsoft::BiasGelu", "com.microsoft::Gelu",
-         "com.microsoft::QuickGelu", "com.microsoft::FusedMatMul"}
+         "com.microsoft::QuickGelu", "com.microsoft::FusedMatMul",
+         "com.microsoft::GroupQueryAttention(rotary inside)",
+         "com.microsoft::GroupQueryAttention(packed qkv)"}
 CONFIGS = [("opset18", 18, "standard"), ("opset23", 23, "standard"),
            ("ort18", 18, "onnxruntime")]
 
@@ -45,6 +47,13 @@ def histogram(path):
     def walk(g):
         for n in g.node:
             c[n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"] += 1
+            if n.op_type == "GroupQueryAttention":
+                # What it absorbed: the rotary (do_rotary), the q / k / v projections packed
+                # into one input (key and value empty).
+                if any(a.name == "do_rotary" and a.i for a in n.attribute):
+                    c["com.microsoft::GroupQueryAttention(rotary inside)"] += 1
+                if len(n.input) > 2 and n.input[1] == n.input[2] == "":
+                    c["com.microsoft::GroupQueryAttention(packed qkv)"] += 1
             for a in n.attribute:
                 if a.type == onnx.AttributeProto.GRAPH:
                     walk(a.g)
@@ -112,7 +121,9 @@ def main():
                 "(fusions on) at opset 18 and 23 on the standard target and at opset 18 for "
                 "onnxruntime (`target=\"onnxruntime\"`). A cell gives the file's node count and "
                 "the fused operators whose count differs from the opset-18 standard file "
-                "(`ms:` = com.microsoft). Decoders are exported with their KV cache "
+                "(`ms:` = com.microsoft; `ms:GroupQueryAttention(rotary inside)` / `(packed qkv)`: "
+                "how many of them rotate q / k themselves / read one packed q|k|v projection). "
+                "Decoders are exported with their KV cache "
                 "(`export_pretrained`, text-generation-with-past).\n\n")
         f.write("| model | " + " | ".join(c[0] for c in CONFIGS) + " |\n")
         f.write("|---|" + "---|" * len(CONFIGS) + "\n")
