@@ -30,6 +30,7 @@
 //   And(a, b), b all true (or a)              -> the other input
 //   Or(a, b), b all false (or a)              -> the other input
 //   Add(a, 0), Add(0, a), Sub(a, 0), Mul(a, 1), Mul(1, a), integer a -> a
+//   Concat(a, e, ...), every e empty along the axis (static 0) -> a
 // each only when the dropped inputs broadcast into the kept one's shape (by
 // the value types: every dim of theirs, right-aligned, is 1 or the same
 // symbol / number), so the result's shape is the kept input's. The index
@@ -238,6 +239,33 @@ class Folder {
 bool Folder::simplify(size_t k) {
   const Node& n = g_.nodes[k];
   const auto& in = n.inputs;
+  if (n.op_type == "Concat" && in.size() >= 2) {
+    // Concat whose other inputs are empty along the axis (Phi-3's rotary
+    // over the whole head concatenates q[..., d:], of size 0): the one
+    // non-empty input, when the result's type is that input's.
+    const Attr* ax = n.attr("axis");
+    const ValueType* yt = idx_.type(n.outputs[0]);
+    if (!ax || !yt || !yt->shape) return false;
+    const int64_t r = static_cast<int64_t>(yt->shape->size());
+    const int64_t a = ax->i < 0 ? ax->i + r : ax->i;
+    if (a < 0 || a >= r) return false;
+    std::optional<size_t> kept;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const ValueType* t = idx_.type(in[i]);
+      if (!t || !t->shape || static_cast<int64_t>(t->shape->size()) != r) return false;
+      if ((*t->shape)[static_cast<size_t>(a)].same_as(Dim::of(0))) continue;
+      if (kept) return false;
+      kept = i;
+    }
+    if (!kept) return false;
+    const ValueType* kt = idx_.type(in[*kept]);
+    if (kt->dtype != yt->dtype) return false;
+    for (int64_t d = 0; d < r; ++d)
+      if (!(*kt->shape)[static_cast<size_t>(d)].same_as((*yt->shape)[static_cast<size_t>(d)]))
+        return false;
+    forward(k, in[*kept]);
+    return true;
+  }
   if (n.op_type == "Where" && in.size() == 3) {
     // Where(And(a, b), x, y) with a all true: a only broadcasts, and x (or
     // y) already has a's shape in it, so the condition can be b.

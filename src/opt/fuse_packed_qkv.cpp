@@ -13,7 +13,9 @@
 //   - b_i (all three or none) 1-D constants [N_i] of W's dtype, read once;
 //   - every MatMul / Add output read by this GQA alone.
 // Emits MatMul(A, W) [+ Add(., b)] with W = [W_q | W_k | W_v] along N (and b
-// likewise): new bytes made at export time, the W_i dropped.
+// likewise): new bytes made at export time, the W_i dropped. A projection the
+// model packed itself (q, k, v the consecutive thirds of one value, sliced on
+// the last axis: Phi-3's qkv_proj) goes to GQA as it is, the Slices dropped.
 //
 // Measured (onnxruntime 1.32 CPU, 2 intra-op threads, spinning off, files
 // interleaved in one process; Qwen2 hidden 512 / 4 layers exported with
@@ -25,6 +27,7 @@
 // from the MatMuls), projections of different activations, types or K,
 // weights read elsewhere (tied: packing would write their bytes twice),
 // biases on some projections only.
+#include <algorithm>
 #include <cstring>
 
 #include "opt/passes.h"
@@ -69,6 +72,34 @@ std::optional<Projection> projection(const GraphIndex& ix, const std::string& v)
   return p;
 }
 
+// v = Slice(P, [start], [end], [last axis], [1]) of a P whose last dim is
+// static: {P, start, end}.
+struct LastSlice {
+  std::string p;
+  int64_t start = 0, end = 0;
+};
+std::optional<LastSlice> last_axis_slice(const GraphIndex& ix, const std::string& v) {
+  const Node* s = ix.producer(v, "Slice");
+  if (!s || s->inputs.size() < 4 || ix.readers(v) != 1 || ix.is_graph_output(v))
+    return std::nullopt;
+  const ValueType* pt = ix.type(s->inputs[0]);
+  if (!pt || !pt->shape || pt->shape->empty() || !pt->shape->back().is_static())
+    return std::nullopt;
+  const int64_t r = static_cast<int64_t>(pt->shape->size());
+  const int64_t n = pt->shape->back().value;
+  auto st = ix.ints(s->inputs[1]);
+  auto en = ix.ints(s->inputs[2]);
+  auto ax = ix.ints(s->inputs[3]);
+  std::optional<std::vector<int64_t>> step;
+  if (s->inputs.size() > 4 && !s->inputs[4].empty()) step = ix.ints(s->inputs[4]);
+  if (!st || !en || !ax || st->size() != 1 || en->size() != 1 || ax->size() != 1)
+    return std::nullopt;
+  if (step && (step->size() != 1 || (*step)[0] != 1)) return std::nullopt;
+  if ((*ax)[0] != -1 && (*ax)[0] != r - 1) return std::nullopt;
+  auto clamp = [&](int64_t x) { return std::clamp(x < 0 ? x + n : x, int64_t{0}, n); };
+  return LastSlice{s->inputs[0], clamp((*st)[0]), clamp((*en)[0])};
+}
+
 std::vector<uint8_t> bytes_of(const TensorData& t) {
   return t.is_contiguous() ? std::vector<uint8_t>(t.bytes(), t.bytes() + t.nbytes())
                            : t.contiguous_copy();
@@ -91,6 +122,26 @@ size_t fuse_packed_qkv(Graph& g, const PassOptions& o) {
     const Attr* hq = gqa.attr("num_heads");
     const Attr* hkv = gqa.attr("kv_num_heads");
     if (!hq || !hkv || hq->i <= 0 || hkv->i <= 0) continue;
+    // A projection the model packed itself (Phi-3's qkv_proj, Falcon's
+    // query_key_value): q, k, v are the consecutive thirds of one value, in
+    // that order, sliced on the last axis: GQA reads it as it is.
+    {
+      std::optional<LastSlice> sl[3];
+      for (size_t i = 0; i < 3; ++i) sl[i] = last_axis_slice(ix, gqa.inputs[i]);
+      if (sl[0] && sl[1] && sl[2] && sl[0]->p == sl[1]->p && sl[1]->p == sl[2]->p &&
+          sl[0]->start == 0 && sl[1]->start == sl[0]->end && sl[2]->start == sl[1]->end &&
+          ix.type(sl[0]->p)->shape->back().value == sl[2]->end && sl[0]->end % hq->i == 0 &&
+          sl[1]->end - sl[1]->start == hkv->i * (sl[0]->end / hq->i) &&
+          sl[2]->end - sl[2]->start == hkv->i * (sl[0]->end / hq->i)) {
+        Node fused_gqa = gqa;
+        fused_gqa.inputs[0] = sl[0]->p;
+        fused_gqa.inputs[1].clear();
+        fused_gqa.inputs[2].clear();
+        rw.replace(k, {std::move(fused_gqa)});
+        ++fused;
+        continue;
+      }
+    }
     std::vector<Projection> p;
     for (size_t i = 0; i < 3; ++i)
       if (auto x = projection(ix, gqa.inputs[i])) p.push_back(*x);

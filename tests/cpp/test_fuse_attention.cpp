@@ -502,6 +502,43 @@ TEST(FusePackedQkv, ProjectionsBecomeThePackedQuery) {
   }
 }
 
+// q, k, v as the consecutive thirds of one value (Phi-3's qkv_proj), sliced
+// on the last axis; `gap` shifts k's slice by one.
+Graph build_gqa_over_slices(int64_t gap = 0) {
+  GraphBuilder b(18);
+  Dim B = sym("B"), L = sym("L"), P = sym("P");
+  b.add_input("qkv", f32({B, L, Dim::of(128)}));
+  b.add_input("past_k", f32({B, Dim::of(2), P, Dim::of(16)}));
+  b.add_input("past_v", f32({B, Dim::of(2), P, Dim::of(16)}));
+  b.add_input("seqlens", ValueType{DType::Int32, Shape{B}});
+  b.add_input("total", ValueType{DType::Int32, Shape{}});
+  auto slice = [&](int64_t s, int64_t e) {
+    return b.op("Slice", {"qkv", b.const_i64({s}), b.const_i64({e}), b.const_i64({-1})}, {},
+                f32({B, L, Dim::of(e - s)}));
+  };
+  std::string q = slice(0, 64), k = slice(64 + gap, 96 + gap), v = slice(96, 128);
+  auto outs = b.add_node("GroupQueryAttention", {q, k, v, "past_k", "past_v", "seqlens", "total"},
+                         3, {Attr::Int("num_heads", 4), Attr::Int("kv_num_heads", 2)},
+                         {f32({B, L, Dim::of(64)}), f32({B, Dim::of(2), sym("T"), Dim::of(16)}),
+                          f32({B, Dim::of(2), sym("T"), Dim::of(16)})},
+                         "com.microsoft");
+  for (auto& o : outs) b.add_output(o, b.type(o));
+  return b.take();
+}
+
+TEST(FusePackedQkv, ModelPackedProjectionReadAsItIs) {
+  Graph g = build_gqa_over_slices();
+  ASSERT_EQ(fuse_packed_qkv(g, ort18), 1u);
+  run_default_passes(g, ort18);
+  const Node* a = find(g, "GroupQueryAttention");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->inputs[0], "qkv");
+  EXPECT_TRUE(a->inputs[1].empty() && a->inputs[2].empty());
+  EXPECT_EQ(count(g, "Slice"), 0u);
+  Graph gap = build_gqa_over_slices(-1);
+  EXPECT_EQ(fuse_packed_qkv(gap, ort18), 0u) << "k not right after q";
+}
+
 TEST(FusePackedQkv, NearMissesLeftAlone) {
   auto packed = [](PackSpec s) {
     Graph g = build_gqa_over_projections(s);

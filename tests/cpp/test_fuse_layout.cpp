@@ -794,3 +794,32 @@ TEST(FuseLayout, GatherNDNearMissesKept) {
     EXPECT_EQ(count(g, "GatherND"), 1u) << variant;
   }
 }
+
+TEST(FuseLayout, ConcatWithEmptyInputsGoes) {
+  // Phi-3's rotary over the whole head: cat(rotated, q[..., 8:]) with q[..., 8:]
+  // of size 0.
+  GraphBuilder b(18);
+  b.add_input("x", f32({S("b"), N(8)}));
+  b.add_input("e", f32({S("b"), N(0)}));
+  std::string r = b.op("Sin", {"x"});
+  Graph g = finish(b, b.op("Concat", {r, "e"}, {Attr::Int("axis", -1)}, f32({S("b"), N(8)})));
+  EXPECT_EQ(count(g, "Concat"), 0u);
+  EXPECT_EQ(last_input(g), r);
+}
+
+TEST(FuseLayout, ConcatNearMissesKept) {
+  {  // both inputs non-empty
+    GraphBuilder b(18);
+    b.add_input("x", f32({S("b"), N(8)}));
+    b.add_input("y", f32({S("b"), N(1)}));
+    Graph g = finish(b, b.op("Concat", {"x", "y"}, {Attr::Int("axis", -1)}, f32({S("b"), N(9)})));
+    EXPECT_EQ(count(g, "Concat"), 1u);
+  }
+  {  // empty along another axis than the Concat's
+    GraphBuilder b(18);
+    b.add_input("x", f32({N(0), N(8)}));
+    b.add_input("y", f32({N(0), N(1)}));
+    Graph g = finish(b, b.op("Concat", {"x", "y"}, {Attr::Int("axis", 1)}, f32({N(0), N(9)})));
+    EXPECT_EQ(count(g, "Concat"), 1u);
+  }
+}
