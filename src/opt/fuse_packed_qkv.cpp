@@ -122,9 +122,10 @@ size_t fuse_packed_qkv(Graph& g, const PassOptions& o) {
     const Attr* hq = gqa.attr("num_heads");
     const Attr* hkv = gqa.attr("kv_num_heads");
     if (!hq || !hkv || hq->i <= 0 || hkv->i <= 0) continue;
-    // A projection the model packed itself (Phi-3's qkv_proj, Falcon's
-    // query_key_value): q, k, v are the consecutive thirds of one value, in
-    // that order, sliced on the last axis: GQA reads it as it is.
+    // A projection the model packed itself (Phi-3's qkv_proj; not Falcon's
+    // query_key_value, which interleaves the heads): q, k, v are the
+    // consecutive thirds of one value, in that order, sliced on the last
+    // axis: GQA reads it as it is.
     {
       std::optional<LastSlice> sl[3];
       for (size_t i = 0; i < 3; ++i) sl[i] = last_axis_slice(ix, gqa.inputs[i]);
