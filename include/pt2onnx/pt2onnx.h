@@ -135,9 +135,37 @@ struct WeightView {
   // offset of `data`, so the writer can copy them in the kernel.
   int source_fd = -1;
   uint64_t source_offset = 0;
+  // Optional: the bytes are of this float type (torch spelling), converted to
+  // `dtype` while written (a bfloat16 checkpoint read by a float32 model; see
+  // WeightSource::convert_floats). Empty: they are of type `dtype`.
+  std::string stored_dtype;
 };
 
 using Weights = std::unordered_map<std::string, WeightView>;  // keyed by FQN
+
+// Where the weights come from when the program was captured without them (a
+// model built on the meta device or under FakeTensorMode): a view with no data
+// (data == nullptr; dtype and sizes as captured) is a fake weight. Every
+// weight the source holds replaces the caller's view (fake or not, e.g. a
+// persistent buffer the model filled at init); a fake one it lacks, a tensor
+// of the source nothing reads (unless allow_unused), and a dtype or shape
+// that differs from the program's are errors naming the tensor, all listed.
+struct WeightSource {
+  // Safetensors files (a checkpoint's shards, any order): mapped, headers
+  // checked, bytes copied file-to-file by the writer (src/archive/safetensors.h).
+  std::vector<std::string> safetensors_files;
+  // Tensors in memory by name (a state dict); used with or instead of files.
+  Weights tensors;
+  // Other names of a program weight in the source (tied weights: the
+  // checkpoint holds one of them), tried in order after the FQN itself.
+  std::map<std::string, std::vector<std::string>> aliases;
+  bool allow_unused = false;
+  // A float weight (float32 / float16 / bfloat16) stored as another of these
+  // types is converted to the model's type as it is written (streamed, never
+  // whole in memory) instead of being a dtype mismatch.
+  bool convert_floats = false;
+  bool empty() const { return safetensors_files.empty() && tensors.empty(); }
+};
 
 // An op target the converters do not handle at an opset.
 struct UnsupportedOp {
@@ -182,6 +210,12 @@ inline constexpr int kMaxOpset = 26;
 // error throws pt2onnx::Error and leaves no output file.
 Result convert_program(std::string_view program_json, const Weights& weights,
                        const std::string& output_path, const Options& options);
+
+// The same with weights taken from `source` (see WeightSource); timings add
+// a "weights" stage (mapping and checking the files).
+Result convert_program(std::string_view program_json, const Weights& weights,
+                       const WeightSource& source, const std::string& output_path,
+                       const Options& options);
 
 // Converts the .pt2 archive at `input_path` (what torch.export.save writes;
 // older layouts too). The archive is memory-mapped and nothing in it is

@@ -10,7 +10,8 @@ Capture uses torch.export; everything after capture runs in C++.
 from ._core import MAX_OPSET, MIN_OPSET, ConversionError, __version__, supported_targets
 from ._capture_rules import capture_rules
 from ._custom import save_custom_converters
-from ._export import DEFAULT_OPSET, ExportResult, export, unconvertible_ops
+from ._export import (DEFAULT_OPSET, ExportResult, export, init_empty_weights,
+                      unconvertible_ops)
 from ._pretty import pretty
 from ._training import TrainingMode
 from ._verify import VerificationError
@@ -18,6 +19,7 @@ from ._verify import VerificationError
 __all__ = [
     "export",
     "unconvertible_ops",
+    "init_empty_weights",
     "pretty",
     "save_custom_converters",
     "capture_rules",

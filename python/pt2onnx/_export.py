@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import math
 import operator
 import os
 import tempfile
@@ -482,9 +483,31 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
         return ep, in_dim_names, out_dim_names
 
 
+def _is_fake(t: torch.Tensor) -> bool:
+    """A tensor without data: on the meta device, or a FakeTensor."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return t.is_meta or is_fake(t)
+
+
+def _tensor_view(name: str, t: torch.Tensor, keep: list):
+    """The C++ core's view of one tensor (address 0: a fake tensor, its data
+    to come from weights=)."""
+    t = t.detach()
+    if _is_fake(t):
+        return (name, 0, str(t.dtype), list(t.shape), [], 0)
+    if t.device.type != "cpu":
+        t = t.cpu()  # the only copy: weights living on an accelerator
+    storage = t.untyped_storage()
+    avail = storage.nbytes() - t.storage_offset() * t.element_size()
+    keep.append(t)
+    return (name, t.data_ptr(), str(t.dtype), list(t.shape), list(t.stride()), max(avail, 0))
+
+
 def _weight_views(ep: torch.export.ExportedProgram):
     """(fqn, address, dtype, sizes, strides, readable bytes) for every weight,
-    plus the tensors that must stay alive while the C++ core reads them."""
+    plus the tensors that must stay alive while the C++ core reads them.
+    Fake weights (meta device) get address 0."""
     views, keep = [], []
     seen = set()
     for spec in ep.graph_signature.input_specs:
@@ -500,18 +523,125 @@ def _weight_views(ep: torch.export.ExportedProgram):
             continue
         if not isinstance(t, torch.Tensor):
             continue  # custom objects: the converter reports them
-        t = t.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()  # the only copy: weights living on an accelerator
-        if t.is_meta:
-            raise ValueError(f"weight '{fqn}' is on the meta device: it has no data to export")
-        storage = t.untyped_storage()
-        avail = storage.nbytes() - t.storage_offset() * t.element_size()
-        keep.append(t)
-        views.append(
-            (fqn, t.data_ptr(), str(t.dtype), list(t.shape), list(t.stride()), max(avail, 0))
-        )
+        views.append(_tensor_view(fqn, t, keep))
     return views, keep
+
+
+@dataclass
+class _WeightSource:
+    """export(weights=...) as the C++ core takes it (see WeightSource in
+    include/pt2onnx/pt2onnx.h): safetensors files, in-memory tensors, and the
+    other names of tied weights."""
+
+    files: list[str] = field(default_factory=list)
+    tensors: list[tuple] = field(default_factory=list)
+    aliases: dict[str, list[str]] = field(default_factory=dict)
+    allow_unused: bool = False
+    convert_floats: bool = False
+    keep: list = field(default_factory=list)
+
+
+def safetensors_files(source: str | os.PathLike) -> list[str]:
+    """The safetensors files of a checkpoint: a .safetensors file, or a
+    directory holding model.safetensors.index.json (its shards) or
+    *.safetensors files."""
+    import json
+
+    path = os.fspath(source)
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"weights={path!r}: no such file or directory")
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index) as fh:
+            try:
+                weight_map = json.load(fh)["weight_map"]
+                shards = sorted(set(weight_map.values()))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise ValueError(f"{index}: not a safetensors index (no weight_map: {e})") \
+                    from None
+        files = [os.path.join(path, s) for s in shards]
+        absent = [f for f in files if not os.path.isfile(f)]
+        if absent:
+            raise FileNotFoundError(f"{index} names shards that are not there: {absent}")
+        return files
+    files = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".safetensors"))
+    if not files:
+        raise FileNotFoundError(f"weights={path!r}: no .safetensors file in the directory "
+                                "(only safetensors checkpoints are read in place)")
+    return files
+
+
+def _weight_source(weights: Any, model: Any) -> _WeightSource | None:
+    """export(weights=...): a state dict, a .safetensors file or list of
+    them, or a checkpoint directory."""
+    if weights is None:
+        return None
+    src = _WeightSource()
+    if isinstance(weights, _WeightSource):  # pt2onnx.hf's
+        src = weights
+    elif isinstance(weights, Mapping):
+        for name, t in weights.items():
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"weights[{name!r}] is a {type(t).__name__}, not a tensor")
+            if _is_fake(t):
+                raise ValueError(f"weights[{name!r}] is on the meta device: it has no data")
+            src.tensors.append(_tensor_view(str(name), t, src.keep))
+    elif isinstance(weights, (str, os.PathLike)):
+        src.files = safetensors_files(weights)
+    elif isinstance(weights, (list, tuple)) and weights and all(
+            isinstance(w, (str, os.PathLike)) for w in weights):
+        src.files = [os.fspath(w) for w in weights]
+    else:
+        raise TypeError("weights must be a state dict, a .safetensors file, a list of them or a "
+                        f"checkpoint directory, not {type(weights).__name__}")
+    if isinstance(model, torch.nn.Module):
+        # Tied weights: one object under several names; a checkpoint keeps one.
+        names: dict[int, list[str]] = {}
+        for n, p in model.named_parameters(remove_duplicate=False):
+            names.setdefault(id(p), []).append(n)
+        for n, b in model.named_buffers(remove_duplicate=False):
+            names.setdefault(id(b), []).append(n)
+        for group in names.values():
+            if len(group) > 1:
+                for n in group:
+                    src.aliases.setdefault(n, []).extend(m for m in group if m != n)
+    return src
+
+
+@contextlib.contextmanager
+def init_empty_weights():
+    """Builds models without weight data: inside, every parameter a module
+    registers becomes a fake tensor (torch's FakeTensor: dtype, shape and
+    device, no storage) as it is registered, so initializing it costs
+    nothing, while buffers are made as usual (the rotary inv_freq and other
+    values a model computes at init keep their data). Export such a model
+    with `weights=` naming where its parameters are. (torch.device("meta")
+    also builds without data, but its meta parameters meet CPU inputs and
+    buffers in the forward, which torch.export refuses.)"""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    register = torch.nn.Module.register_parameter
+
+    def register_fake(module, name, param):
+        register(module, name, param)
+        if param is not None and not _is_fake(param):
+            with mode:
+                fake = torch.empty_strided(param.shape, param.stride(), dtype=param.dtype,
+                                           device=param.device)
+            fake = torch.nn.Parameter(fake, requires_grad=param.requires_grad)
+            # transformers' init functions skip what it marks loaded: no
+            # initialization of fake data (some read values, e.g. ViT's).
+            fake._is_hf_initialized = True
+            module._parameters[name] = fake
+
+    torch.nn.Module.register_parameter = register_fake
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
 
 
 def _serialize(ep: torch.export.ExportedProgram) -> bytes:
@@ -670,6 +800,7 @@ def export(
     inline: bool = False,
     target: str = "standard",
     dtype: torch.dtype | str | None = None,
+    weights: Any = None,
     _state: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
@@ -729,6 +860,19 @@ def export(
     reductions, cast to float32 and back. The weights are converted in a
     copy at export time; float64 values stay float64. Capture the model in
     float32: the comparison with PyTorch (verify=True) runs it in float32.
+    `weights`: where the weight data comes from when the model was built
+    without it (on the meta device, e.g. under pt2onnx.init_empty_weights(),
+    or under FakeTensorMode): a state dict, a `.safetensors` file or a list of
+    them (a checkpoint's shards), or a checkpoint directory
+    (model.safetensors.index.json and its shards, or *.safetensors). Capture
+    runs on the fake weights; the C++ core maps the files, checks every
+    tensor's name, dtype and shape against the program's parameters and
+    buffers (a missing, unused or mismatched tensor is an error naming it),
+    and copies their bytes file-to-file into the external data, so the
+    weights never pass through memory. Tied weights are written once;
+    buffers the model computed at init (rotary inv_freq) are taken from the
+    model unless the source holds them. A source tensor replaces the
+    model's own data where both exist.
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
     fails; the previous file at `f`, if any, is then left as it was.
     """
@@ -784,8 +928,20 @@ def export(
         if _state is not None:
             _state.update(program_json=program_json, opset=opset,
                           custom_functions=custom_functions)
-        weights, keep_alive = _weight_views(ep)
+        weight_views, keep_alive = _weight_views(ep)
         t2 = time.perf_counter()
+    source = _weight_source(weights, model)
+    fake = [v[0] for v in weight_views if v[1] == 0 and math.prod(v[3]) > 0]
+    if fake and source is None:
+        raise ValueError(f"weight '{fake[0]}' is on the meta device (or fake): it has no data to "
+                         f"export ({len(fake)} such weights); pass weights= (a state dict, "
+                         "safetensors files or a checkpoint directory)")
+    if fake and verify:
+        raise ValueError("verify=True runs the model in PyTorch, which a model built without "
+                         "weight data (meta device) cannot do; export with verify=False and "
+                         "check the file against a model loaded with its weights")
+    if source is None:
+        source = _WeightSource()
 
     if external_data is None:
         ext = "auto"
@@ -801,7 +957,7 @@ def export(
     try:
         r = _core.convert(
             program_json,
-            weights,
+            weight_views,
             path,
             opset,
             optimize,
@@ -819,13 +975,18 @@ def export(
             inline_functions=inline,
             target=target,
             dtype=dtype,
+            source_files=source.files,
+            source_tensors=source.tensors,
+            source_aliases=source.aliases,
+            allow_unused=source.allow_unused,
+            convert_floats=source.convert_floats,
         )
         model_bytes = None
         if tmpdir is not None:
             with open(path, "rb") as fh:
                 model_bytes = fh.read()
     finally:
-        del keep_alive
+        del keep_alive, source
         if tmpdir is not None:
             tmpdir.cleanup()
     t3 = time.perf_counter()

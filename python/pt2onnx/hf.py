@@ -23,6 +23,7 @@ the hub's offline mode.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -101,11 +102,23 @@ def _audio_inputs(model, batch: int) -> dict[str, Any]:
 def _past(model, batch: int, past: int):
     """A DynamicCache of `past` positions, made by the model itself (a
     prefill run), so any decoder's layer count, heads and head size fit.
-    past 0: an empty cache (what the first step, the prefill, is fed)."""
-    with torch.no_grad():
-        out = model(input_ids=torch.randint(0, model.config.vocab_size, (batch, max(past, 1))),
-                    use_cache=True)
+    past 0: an empty cache (what the first step, the prefill, is fed). A
+    model without weight data (fake parameters) runs the prefill on fake
+    tensors, for the shapes only; the cache is then zeros of those shapes."""
+    ids = torch.randint(0, model.config.vocab_size, (batch, max(past, 1)))
+    fake_mode = getattr(next(model.parameters()), "fake_mode", None)
+    empty = fake_mode is not None
+    with torch.no_grad(), fake_mode or contextlib.nullcontext():
+        out = model(input_ids=fake_mode.from_tensor(ids) if empty else ids, use_cache=True)
     cache = out.past_key_values
+    if empty:
+        from transformers import DynamicCache
+
+        zeros = DynamicCache()
+        for i, layer in enumerate(cache.layers):
+            zeros.update(torch.zeros(layer.keys.shape, dtype=layer.keys.dtype),
+                         torch.zeros(layer.values.shape, dtype=layer.values.dtype), i)
+        cache = zeros
     if past == 0:
         from transformers import DynamicCache
 
@@ -172,9 +185,7 @@ def _model_class(task: str, config):
             "image-classification": tr.AutoModelForImageClassification}[task]
 
 
-def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
-    """The model of a local checkpoint directory for `task`, in eval mode, in
-    fp32, never touching the network."""
+def _config(path: str | os.PathLike, task: str):
     if task not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
     path = os.fspath(path)
@@ -189,9 +200,81 @@ def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
     if hasattr(config, "use_cache"):
         # Set before the model is built: encoder-decoders copy it into their stacks.
         config.use_cache = task == "text-generation-with-past"
+    return config
+
+
+def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
+    """The model of a local checkpoint directory for `task`, in eval mode, in
+    fp32, never touching the network."""
+    config = _config(path, task)
     model = _model_class(task, config).from_pretrained(path, config=config, local_files_only=True,
-                                               trust_remote_code=False, dtype=torch.float32)
+                                                       trust_remote_code=False,
+                                                       dtype=torch.float32)
     return model.eval()
+
+
+def empty_pretrained(path: str | os.PathLike, task: str):
+    """The model of a local checkpoint directory for `task` built from its
+    config without weight data (parameters on the meta device, buffers
+    computed as at init), in eval mode, in fp32; and the weight source
+    export() reads the checkpoint's safetensors files from, converting
+    float weights stored in another type (bfloat16, float16) to float32 as
+    from_pretrained(dtype=torch.float32) loads them. No weight is loaded."""
+    from ._export import _WeightSource, init_empty_weights, safetensors_files
+
+    config = _config(path, task)
+    with init_empty_weights():
+        model = _model_class(task, config).from_config(config, dtype=torch.float32,
+                                                       trust_remote_code=False)
+    model.eval()
+    return model, checkpoint_weights(model, path)
+
+
+def _saved_names(model) -> dict[str, str]:
+    """Model key -> checkpoint key where save_pretrained renames it
+    (transformers' weight conversion mapping: GPT-NeoX's lm_head is saved as
+    embed_out). Found by running transformers' own reverse mapping on one
+    marker tensor per key: a rename passes the marker through under its new
+    name. Keys that a conversion merges or splits (not a rename) keep their
+    names; the weight check then names them."""
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:
+        return {}
+    keys = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
+    markers = {k: torch.zeros(1) for k in keys}
+    owner = {id(t): k for k, t in markers.items()}
+    try:
+        saved = revert_weight_conversion(model, dict(markers))
+    except Exception:  # noqa: BLE001 - a conversion that needs real tensors: names kept
+        return {}
+    return {owner[id(t)]: k for k, t in dict(saved).items()
+            if id(t) in owner and owner[id(t)] != k}
+
+
+def checkpoint_weights(model, path: str | os.PathLike):
+    """export(weights=...) for `model` (built without weight data) from the
+    safetensors files of the checkpoint directory `path`, with the names
+    save_pretrained gave its tensors; float weights stored in another type
+    are converted to the model's while streamed."""
+    from ._export import _WeightSource, safetensors_files
+
+    source = _WeightSource(files=safetensors_files(path), convert_floats=True)
+    for name, saved in _saved_names(model).items():
+        source.aliases.setdefault(name, []).append(saved)
+    # A checkpoint of another head of the same model (a ...ForCausalLM
+    # checkpoint exported as feature-extraction, or the reverse): its names
+    # carry (or lack) the base model's prefix, and the other head's weights
+    # are not read.
+    config = model.config
+    arch = (getattr(config, "architectures", None) or [type(model).__name__])[0]
+    prefix = getattr(model, "base_model_prefix", "")
+    if arch != type(model).__name__ and prefix:
+        source.allow_unused = True
+        for name, _ in list(model.named_parameters()) + list(model.named_buffers()):
+            other = name[len(prefix) + 1:] if name.startswith(prefix + ".") else f"{prefix}.{name}"
+            source.aliases.setdefault(name, []).append(other)
+    return source
 
 
 def _verify(model, path: str, inputs: _TaskInputs, sizes, atol: float, rtol: float) -> float:
@@ -227,6 +310,7 @@ def export_pretrained(
     rtol: float | None = None,
     target: str = "standard",
     dtype: torch.dtype | str | None = None,
+    weights: str = "empty",
 ) -> ExportResult:
     """Exports the local transformers checkpoint at `path` (config.json +
     weights, as save_pretrained writes) for `task` to `f` (default:
@@ -245,19 +329,38 @@ def export_pretrained(
     float16 (the model is loaded and compared in float32). `atol` / `rtol`
     default to export()'s verify tolerance of the dtype: 1e-4 for float32,
     1e-2 for float16. The result's `checks` has the verification's max abs
-    error."""
+    error.
+
+    `weights`: "empty" (default) builds the model from its config without
+    weight data (on the meta device) and has the C++ core copy the
+    checkpoint's safetensors bytes into the external data file-to-file, so
+    the export needs memory for the graph only, whatever the model's size;
+    float weights stored in another type than float32 (a bfloat16
+    checkpoint) are converted while streamed. "memory" loads the model with
+    from_pretrained first (checkpoints without safetensors files need it).
+    Both write the same file. `verify=True` runs the model in PyTorch, which
+    then loads its weights (after the export): use verify=False for models
+    larger than memory."""
     name = _export_mod.dtype_name(dtype)
     default_atol, default_rtol = _export_mod.DTYPE_TOLERANCE[name]
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
-    model = load_pretrained(path, task)
+    if weights not in ("empty", "memory"):
+        raise ValueError(f"weights must be 'empty' or 'memory', not {weights!r}")
+    if weights == "empty":
+        model, source = empty_pretrained(path, task)
+    else:
+        model, source = load_pretrained(path, task), None
     f = os.fspath(f) if f is not None else os.path.join(os.fspath(path), "model.onnx")
     inputs = _TaskInputs(model, task)
     torch.manual_seed(0)
     example = inputs.make(2, 8, 4 if task == "text-generation-with-past" else 0)
     result = export(model, (), f, kwargs=example, dynamic_shapes=inputs.dynamic_shapes(example),
-                    opset=opset, target=target, dtype=name)
+                    opset=opset, target=target, dtype=name, weights=source)
     if verify:
+        if source is not None:  # PyTorch needs the weights to run: only now loaded
+            model = load_pretrained(path, task)
+            inputs = _TaskInputs(model, task)
         torch.manual_seed(1)
         sizes = ([(1, 1, 7), (3, 5, 0), (2, 3, 2)] if task == "text-generation-with-past"
                  else [(1, 5, 0), (3, 11, 0)])

@@ -373,6 +373,10 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
         d.data = static_cast<const uint8_t*>(w->second.data);
         d.src_fd = w->second.source_fd;
         d.src_offset = w->second.source_offset;
+        if (!w->second.stored_dtype.empty()) {
+          d.stored = dtype_from_torch_name(w->second.stored_dtype);
+          if (d.stored == d.dtype) d.stored = DType::Undefined;
+        }
         if (is_complex(d.dtype)) {
           // Complex weights are carried as [..., 2] real components.
           d.dtype = complex_component(d.dtype);

@@ -4,10 +4,12 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "convert/convert_graph.h"
 #include "convert/custom_converters.h"
 #include "core/pipeline.h"
+#include "core/weight_source.h"
 #include "onnx/model_writer.h"
 #include "opt/passes.h"
 #include "pt2onnx/pt2onnx.h"
@@ -106,6 +108,22 @@ std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, const 
 Result convert_program(std::string_view program_json, const Weights& weights,
                        const std::string& output_path, const Options& options) {
   return convert_program_from(program_json, "ExportedProgram JSON", weights, output_path, options);
+}
+
+Result convert_program(std::string_view program_json, const Weights& weights,
+                       const WeightSource& source, const std::string& output_path,
+                       const Options& options) {
+  if (source.empty() && source.aliases.empty())
+    return convert_program(program_json, weights, output_path, options);
+  auto t0 = std::chrono::steady_clock::now();
+  std::optional<SafetensorsFiles> files;
+  if (!source.safetensors_files.empty()) files.emplace(source.safetensors_files);
+  Weights resolved = resolve_weights(weights, source, files ? &*files : nullptr);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Result r =
+      convert_program_from(program_json, "ExportedProgram JSON", resolved, output_path, options);
+  r.timings.insert(r.timings.begin(), {"weights", secs});
+  return r;
 }
 
 Result convert_program_from(std::string_view program_json, const std::string& source,

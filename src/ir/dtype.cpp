@@ -1,9 +1,12 @@
 #include "ir/dtype.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
+
+#include "pt2onnx/error.h"
 
 namespace pt2onnx {
 
@@ -432,6 +435,57 @@ uint16_t float_to_bfloat16(float f) {
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // nan
   x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest, ties to even
   return static_cast<uint16_t>(x >> 16);
+}
+
+void convert_floats(const uint8_t* src, DType from, uint8_t* dst, DType to, size_t n) {
+  auto bad = [] { throw Error("internal: convert_floats between non-float types"); };
+  auto load = [&](size_t i) -> float {
+    uint16_t h;
+    switch (from) {
+      case DType::Float: {
+        float f;
+        std::memcpy(&f, src + 4 * i, 4);
+        return f;
+      }
+      case DType::Float16:
+        std::memcpy(&h, src + 2 * i, 2);
+        return half_to_float(h);
+      case DType::BFloat16:
+        std::memcpy(&h, src + 2 * i, 2);
+        return bfloat16_to_float(h);
+      default:
+        bad();
+        return 0;
+    }
+  };
+  if (from == to) {
+    std::memcpy(dst, src, n * dtype_size(from));
+    return;
+  }
+  switch (to) {
+    case DType::Float:
+      for (size_t i = 0; i < n; ++i) {
+        float f = load(i);
+        std::memcpy(dst + 4 * i, &f, 4);
+      }
+      return;
+    case DType::Float16:
+      for (size_t i = 0; i < n; ++i) {
+        float f = load(i);
+        if (std::isfinite(f)) f = std::clamp(f, -65504.0f, 65504.0f);
+        uint16_t h = float_to_half(f);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case DType::BFloat16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h = float_to_bfloat16(load(i));
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    default:
+      bad();
+  }
 }
 
 }  // namespace pt2onnx

@@ -57,6 +57,10 @@ float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
 float bfloat16_to_float(uint16_t h);
 uint16_t float_to_bfloat16(float f);
+// n values of float type `from` (Float, Float16, BFloat16) as type `to` (one
+// of them too), rounded to nearest even; finite values beyond float16's range
+// become +-65504 (as export(dtype=float16) converts weights).
+void convert_floats(const uint8_t* src, DType from, uint8_t* dst, DType to, size_t n);
 
 // Parses names as torch spells them in Python ("float32", "torch.int64", ...).
 DType dtype_from_torch_name(std::string_view name);

@@ -108,22 +108,52 @@ void gather(const E* src, E* out, const int64_t* dims, const int64_t* strides, s
 
 }  // namespace
 
+namespace {
+
+void copy_rows_of(const uint8_t* base, size_t es, const std::vector<int64_t>& dims,
+                  const std::vector<int64_t>& strides, bool contiguous, int64_t r0, int64_t r1,
+                  uint8_t* out);
+
+}  // namespace
+
 void TensorData::copy_rows(int64_t r0, int64_t r1, uint8_t* out) const {
-  const size_t es = dtype_size(dtype);
+  const uint8_t* base = bytes();
+  copy_rows_of(base, dtype_size(dtype), dims, strides, is_contiguous(), r0, r1, out);
+}
+
+void TensorData::copy_stored_rows(int64_t r0, int64_t r1, uint8_t* out) const {
+  copy_rows_of(data, dtype_size(stored), dims, strides, is_contiguous(), r0, r1, out);
+}
+
+void TensorData::materialize() const {
+  // The whole span the strides reach, converted in place of the stored
+  // bytes: strides (in elements) stay valid.
+  auto span = strided_span_bytes(dims, strides, dtype_size(stored));
+  const size_t n = span ? *span / dtype_size(stored) : 0;
+  auto out = std::make_shared<std::vector<uint8_t>>(n * dtype_size(dtype));
+  convert_floats(data, stored, out->data(), dtype, n);
+  owned = std::move(out);
+}
+
+namespace {
+
+void copy_rows_of(const uint8_t* base, size_t es, const std::vector<int64_t>& dims,
+                  const std::vector<int64_t>& strides, bool contiguous, int64_t r0, int64_t r1,
+                  uint8_t* out) {
   if (dims.empty()) {
-    std::memcpy(out, bytes(), es);
+    std::memcpy(out, base, es);
     return;
   }
   int64_t row = 1;
   for (size_t d = 1; d < dims.size(); ++d) row *= dims[d];
-  if (is_contiguous()) {
-    std::memcpy(out, bytes() + static_cast<size_t>(r0 * row) * es,
+  if (contiguous) {
+    std::memcpy(out, base + static_cast<size_t>(r0 * row) * es,
                 static_cast<size_t>((r1 - r0) * row) * es);
     return;
   }
   std::vector<int64_t> d = dims;
   d[0] = r1 - r0;
-  const uint8_t* src = bytes() + static_cast<size_t>(r0 * strides[0]) * es;
+  const uint8_t* src = base + static_cast<size_t>(r0 * strides[0]) * es;
   auto run = [&](auto tag) {
     using E = decltype(tag);
     gather(reinterpret_cast<const E*>(src), reinterpret_cast<E*>(out), d.data(), strides.data(),
@@ -144,6 +174,8 @@ void TensorData::copy_rows(int64_t r0, int64_t r1, uint8_t* out) const {
       throw Error("internal: cannot copy elements of " + std::to_string(es) + " bytes");
   }
 }
+
+}  // namespace
 
 std::vector<uint8_t> TensorData::contiguous_copy() const {
   std::vector<uint8_t> out(nbytes());

@@ -47,28 +47,47 @@ struct TensorData {
   std::vector<int64_t> dims;
   std::vector<int64_t> strides;
   const uint8_t* data = nullptr;
-  std::shared_ptr<const std::vector<uint8_t>> owned;
+  mutable std::shared_ptr<const std::vector<uint8_t>> owned;  // mutable: see `stored`
   // When the bytes also lie in a file (a mapped archive): the file and the
   // offset of `data`. The writer may then copy in the kernel, and may drop the
   // mapped pages after reading them.
   int src_fd = -1;
   uint64_t src_offset = 0;
+  // Converted lazily: `data` holds the values as this float type (a bfloat16
+  // checkpoint) and `dtype` is the float type they are exported as. The
+  // writer converts them a few MiB at a time while streaming, so a converted
+  // weight never exists whole in memory; bytes() converts the whole tensor
+  // once (into `owned`), for the rare pass that reads a weight's values.
+  // Undefined: `data` is already of type `dtype`.
+  DType stored = DType::Undefined;
 
   int64_t numel() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
   bool is_contiguous() const;
-  const uint8_t* bytes() const { return owned ? owned->data() : data; }
+  bool lazy() const { return stored != DType::Undefined && !owned; }
+  const uint8_t* bytes() const {
+    if (lazy()) materialize();
+    return owned ? owned->data() : data;
+  }
   // Copies into a contiguous buffer (only needed for strided views).
   std::vector<uint8_t> contiguous_copy() const;
   // Writes rows [r0, r1) of dim 0 (the whole tensor when rank 0) to `out`,
   // contiguous: a strided view streamed out in pieces. Transposed layouts
   // are copied in tiles, so both sides stay in cache.
   void copy_rows(int64_t r0, int64_t r1, uint8_t* out) const;
+  // The same rows as stored (of type `stored`, not converted): the writer
+  // converts them itself. Only for lazy() tensors.
+  void copy_stored_rows(int64_t r0, int64_t r1, uint8_t* out) const;
   template <typename T>
   const T* as() const {
     return reinterpret_cast<const T*>(bytes());
   }
   static TensorData from_bytes(DType t, std::vector<int64_t> dims, std::vector<uint8_t> bytes);
+
+ private:
+  void materialize() const;
+
+ public:
   // One value `v` converted to type t, shaped `dims` (one element); nullopt for
   // types a C++ cast cannot produce exactly (float16, bfloat16, ...).
   static std::optional<TensorData> scalar(DType t, double v, std::vector<int64_t> dims = {});

@@ -97,7 +97,7 @@ constexpr size_t kKernelCopyMin = 64 << 10;  // below this a memory write is as 
 // Drops pages of a file-backed (read-only, private) mapping after reading
 // them, so streaming a large archive does not grow resident memory.
 void release_mapped(const TensorData& t) {
-  auto span = strided_span_bytes(t.dims, t.strides, dtype_size(t.dtype));
+  auto span = strided_span_bytes(t.dims, t.strides, dtype_size(t.lazy() ? t.stored : t.dtype));
   if (!span || !*span) return;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   uintptr_t b = (reinterpret_cast<uintptr_t>(t.data) + page - 1) & ~(page - 1);
@@ -387,9 +387,30 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   auto payload = [&](FileOut& out, const TensorData& t) {
     const size_t n = t.nbytes();
     bool copied = false;
-    if (t.is_contiguous() && t.src_fd >= 0 && n >= kKernelCopyMin)
+    if (t.is_contiguous() && t.src_fd >= 0 && n >= kKernelCopyMin && !t.lazy())
       copied = out.copy_from(t.src_fd, t.src_offset, n);
-    if (!copied) {
+    if (!copied && t.lazy()) {
+      // Converted a few MiB at a time (TensorData::stored): never whole in memory.
+      const int64_t rows = t.dims.empty() ? 1 : t.dims[0];
+      const uint64_t row_elems = rows ? static_cast<uint64_t>(t.numel() / rows) : 0;
+      const uint64_t row_in = row_elems * dtype_size(t.stored);
+      const uint64_t row_out = row_elems * dtype_size(t.dtype);
+      const int64_t step = static_cast<int64_t>(
+          std::max<uint64_t>(1, kStridedChunk / std::max<uint64_t>(row_in + row_out, 1)));
+      const auto chunk = static_cast<size_t>(std::min<int64_t>(step, rows));
+      std::vector<uint8_t> in(t.is_contiguous() ? 0 : chunk * row_in), conv(chunk * row_out);
+      for (int64_t r = 0; r < rows; r += step) {
+        const int64_t e = std::min(rows, r + step);
+        const uint8_t* src = t.data + static_cast<uint64_t>(r) * row_in;
+        if (!t.is_contiguous()) {
+          t.copy_stored_rows(r, e, in.data());
+          src = in.data();
+        }
+        convert_floats(src, t.stored, conv.data(), t.dtype, static_cast<size_t>(e - r) * row_elems);
+        out.put_big(conv.data(), static_cast<size_t>(e - r) * row_out);
+      }
+      if (t.src_fd >= 0) release_mapped(t);
+    } else if (!copied) {
       if (t.is_contiguous()) {
         out.put_big(t.bytes(), n);
       } else {

@@ -262,6 +262,21 @@ TensorData convert_tensor(const TensorData& t, DType to) {
   return TensorData::from_vector(to, t.dims, h);
 }
 
+// A float32 initializer in the target type. Weights read from the caller's
+// memory or a file are converted lazily, by the writer as it streams them
+// (TensorData::stored), so no converted copy of the weights is held; one
+// already stored as the target type (a bfloat16 checkpoint exported as
+// bfloat16) is written as stored, file-to-file. Constants made during
+// conversion are converted now.
+TensorData convert_weight(const TensorData& t, DType to) {
+  if (t.owned) return convert_tensor(t, to);
+  TensorData lazy = t;
+  if (!t.lazy()) lazy.stored = DType::Float;
+  lazy.dtype = to;
+  if (lazy.stored == to) lazy.stored = DType::Undefined;
+  return lazy;
+}
+
 // The enclosing scopes of the graph being converted, for the types (before
 // conversion) and initializers of the values it reads from them.
 struct Scopes {
@@ -503,7 +518,7 @@ class Converter {
         if (x.type.dtype == DType::Float) x.type.dtype = to_;
     for (auto& init : g.initializers)
       if (init.data.dtype == DType::Float && !keep32.count(init.name)) {
-        init.data = convert_tensor(init.data, to_);
+        init.data = convert_weight(init.data, to_);
         ++changed;
       }
     for (auto& e : extra) g.initializers.push_back(std::move(e));

@@ -14,7 +14,8 @@ namespace nb = nanobind;
 
 namespace {
 
-// weights: list of (fqn, data_ptr, dtype, sizes, strides, available_bytes)
+// weights: list of (fqn, data_ptr, dtype, sizes, strides, available_bytes);
+// data_ptr 0: a fake weight (meta device), taken from the source_* arguments
 using WeightTuple = std::tuple<std::string, uintptr_t, std::string, std::vector<int64_t>,
                                std::vector<int64_t>, uint64_t>;
 
@@ -51,7 +52,11 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
                  const std::map<std::string, int64_t>& custom_opsets, const std::string& training,
                  bool all_modules_as_functions,
                  const std::vector<std::string>& modules_as_functions, bool inline_functions,
-                 const std::string& target, const std::string& dtype) {
+                 const std::string& target, const std::string& dtype,
+                 const std::vector<std::string>& source_files,
+                 const std::vector<WeightTuple>& source_tensors,
+                 const std::map<std::string, std::vector<std::string>>& source_aliases,
+                 bool allow_unused, bool convert_floats) {
   pt2onnx::Options o;
   auto t = pt2onnx::target_from_string(target);
   if (!t) throw pt2onnx::Error("target must be 'standard' or 'onnxruntime', not '" + target + "'");
@@ -81,16 +86,26 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
   o.output_names = output_names;
   o.input_dim_names = input_dim_names;
   o.output_dim_names = output_dim_names;
-  pt2onnx::Weights w;
-  w.reserve(weights.size());
-  for (auto& [name, ptr, dtype, sizes, strides, avail] : weights)
-    w.emplace(name, pt2onnx::WeightView{reinterpret_cast<const void*>(ptr), dtype, sizes, strides,
-                                        avail});
+  auto views = [](const std::vector<WeightTuple>& tuples) {
+    pt2onnx::Weights w;
+    w.reserve(tuples.size());
+    for (auto& [name, ptr, dtype, sizes, strides, avail] : tuples)
+      w.emplace(name, pt2onnx::WeightView{reinterpret_cast<const void*>(ptr), dtype, sizes, strides,
+                                          avail});
+    return w;
+  };
+  pt2onnx::Weights w = views(weights);
+  pt2onnx::WeightSource source;
+  source.safetensors_files = source_files;
+  source.tensors = views(source_tensors);
+  source.aliases = source_aliases;
+  source.allow_unused = allow_unused;
+  source.convert_floats = convert_floats;
   std::string_view json(static_cast<const char*>(program_json.data()), program_json.size());
   pt2onnx::Result r;
   {
     nb::gil_scoped_release release;
-    r = pt2onnx::convert_program(json, w, output_path, o);
+    r = pt2onnx::convert_program(json, w, source, output_path, o);
   }
   nb::dict d;
   d["model_path"] = r.model_path;
@@ -152,7 +167,10 @@ NB_MODULE(_core, m) {
         nb::arg("training") = "preserve", nb::arg("all_modules_as_functions") = false,
         nb::arg("modules_as_functions") = std::vector<std::string>{},
         nb::arg("inline_functions") = false, nb::arg("target") = "standard",
-        nb::arg("dtype") = "float32");
+        nb::arg("dtype") = "float32", nb::arg("source_files") = std::vector<std::string>{},
+        nb::arg("source_tensors") = std::vector<WeightTuple>{},
+        nb::arg("source_aliases") = std::map<std::string, std::vector<std::string>>{},
+        nb::arg("allow_unused") = false, nb::arg("convert_floats") = false);
   m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"),
         nb::arg("custom_functions") = CustomFunctions{});
   m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));

@@ -2,6 +2,7 @@
 // bfloat16, with float32 islands around the precision-sensitive ops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ir/builder.h"
@@ -264,4 +265,42 @@ TEST(ConvertFloat16, ResizeScalesStayFloat32) {
   EXPECT_EQ(c->inputs[0], "s");
   EXPECT_EQ(cast_to(*c), static_cast<int64_t>(DType::Float));
   EXPECT_EQ(g.inputs[1].type.dtype, DType::Float16);
+}
+
+// Lazily converted weights (TensorData::stored): what the writer streams
+// (rows as stored, converted) equals what bytes() materializes, which
+// equals converting each element, for a contiguous and a transposed view.
+TEST(LazyWeights, StreamedRowsEqualMaterializedAndElementwise) {
+  std::vector<uint16_t> bf(6 * 4);
+  for (size_t i = 0; i < bf.size(); ++i)
+    bf[i] = pt2onnx::float_to_bfloat16(static_cast<float>(i) * 0.37f - 3.0f +
+                                       (i == 5 ? 1e6f : 0.0f));  // one beyond float16's range
+  for (bool transposed : {false, true}) {
+    pt2onnx::TensorData t;
+    t.dtype = pt2onnx::DType::Float16;
+    t.stored = pt2onnx::DType::BFloat16;
+    t.data = reinterpret_cast<const uint8_t*>(bf.data());
+    t.dims = transposed ? std::vector<int64_t>{4, 6} : std::vector<int64_t>{6, 4};
+    if (transposed) t.strides = {1, 4};
+    ASSERT_TRUE(t.lazy());
+    // Streamed: stored rows, then converted (the writer's path).
+    std::vector<uint16_t> rows(24), streamed(24);
+    t.copy_stored_rows(0, t.dims[0], reinterpret_cast<uint8_t*>(rows.data()));
+    pt2onnx::convert_floats(reinterpret_cast<const uint8_t*>(rows.data()), pt2onnx::DType::BFloat16,
+                            reinterpret_cast<uint8_t*>(streamed.data()), pt2onnx::DType::Float16,
+                            24);
+    EXPECT_TRUE(t.lazy());  // streaming did not materialize it
+    std::vector<uint8_t> whole = t.contiguous_copy();
+    EXPECT_FALSE(t.lazy());
+    ASSERT_EQ(whole.size(), 48u);
+    EXPECT_EQ(std::memcmp(whole.data(), streamed.data(), 48), 0);
+    for (int64_t r = 0; r < t.dims[0]; ++r)
+      for (int64_t c = 0; c < t.dims[1]; ++c) {
+        const size_t src =
+            transposed ? static_cast<size_t>(c * 4 + r) : static_cast<size_t>(r * 4 + c);
+        float f = pt2onnx::bfloat16_to_float(bf[src]);
+        uint16_t want = pt2onnx::float_to_half(std::clamp(f, -65504.0f, 65504.0f));
+        EXPECT_EQ(streamed[static_cast<size_t>(r * t.dims[1] + c)], want) << r << "," << c;
+      }
+  }
 }

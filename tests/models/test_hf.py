@@ -312,3 +312,72 @@ def test_pretrained_command(tmp_path):
                          timeout=600)
     assert bad.returncode == 1
     assert "no config.json" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# ---- weights read in place (issue 18): the model built without weight data ----------------------
+
+TRANSFORMERS_ZOO = sorted(n for n, e in zoo.ZOO.items() if e.family == "transformers")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TRANSFORMERS_ZOO)
+def test_empty_model_with_safetensors_equals_in_memory(name, tmp_path):
+    """Every transformers model of the zoo, built from its config under
+    init_empty_weights and exported with weights= its save_pretrained
+    checkpoint (hf.checkpoint_weights: transformers' saved names), writes
+    the same bytes as the model exported from memory."""
+    model, make, dyn = zoo.build(name)
+    ckpt = _save(model, tmp_path / "ckpt")
+    with pt2onnx.init_empty_weights():
+        empty = type(model)(model.config).eval()
+    kwargs = make(*zoo.ZOO[name].export_size)
+    files = []
+    for sub, m, w in (("memory", model, None), ("empty", empty, hf.checkpoint_weights(empty, ckpt))):
+        os.makedirs(tmp_path / sub)
+        r = pt2onnx.export(m, (), str(tmp_path / sub / "model.onnx"), kwargs=kwargs,
+                           dynamic_shapes=dyn, weights=w)
+        files.append([open(p, "rb").read() for p in [r.path, *r.data_paths]])
+    assert files[0] == files[1]
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+@pytest.mark.parametrize("stored", [torch.float32, torch.bfloat16])
+def test_export_pretrained_reads_weights_in_place(name, stored, tmp_path):
+    """export_pretrained's default (weights="empty": the model built on fake
+    weights, safetensors copied or converted while streamed) writes what
+    loading the model first writes, from a float32 and from a bfloat16
+    checkpoint (read as float32, as from_pretrained(dtype=float32) loads
+    it), and at dtype float16 (converted while streamed); verified in
+    onnxruntime."""
+    torch.manual_seed(0)
+    ckpt = _save(DECODERS[name]().to(stored).eval(), tmp_path / "ckpt")
+    for dtype in (None, torch.float16):
+        files = []
+        for weights in ("memory", "empty"):
+            f = tmp_path / f"{weights}-{dtype}" / "model.onnx"
+            f.parent.mkdir()
+            r = hf.export_pretrained(ckpt, "text-generation-with-past", f, weights=weights,
+                                     dtype=dtype, verify=weights == "empty")
+            files.append([open(p, "rb").read() for p in [r.path, *r.data_paths]])
+            if weights == "empty":
+                assert "weights" in r.timings
+                assert r.checks["max_abs_error"] < (1e-4 if dtype is None else 5e-2)
+        assert files[0] == files[1]
+
+
+def test_export_pretrained_weights_errors(tmp_path):
+    torch.manual_seed(0)
+    ckpt = tmp_path / "ckpt"
+    _save(_llama().eval(), ckpt)
+    with pytest.raises(ValueError, match="weights must be 'empty' or 'memory'"):
+        hf.export_pretrained(ckpt, "text-generation", weights="disk")
+    # A checkpoint of another model (a shape differs): named, nothing written.
+    import json
+
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["intermediate_size"] = 96
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(pt2onnx.ConversionError, match=r"mlp.down_proj.weight.*shape \[64, 128\], "
+                                                      r"but the model's is \[64, 96\]"):
+        hf.export_pretrained(ckpt, "text-generation", verify=False)
+    assert not (ckpt / "model.onnx").exists()

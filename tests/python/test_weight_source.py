@@ -1,0 +1,298 @@
+"""export(weights=...): models built without weight data (init_empty_weights,
+FakeTensorMode) exported with their weights read from a state dict or from
+safetensors files, whose headers the C++ core parses and checks. Every good
+case is compared byte for byte with the export of the same model in memory
+and run in onnxruntime; every bad one must fail with an error naming the
+tensor and leave no output."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+import pt2onnx
+
+
+class Net(nn.Module):
+    """Linear layers, a tied weight, a persistent buffer (a checkpoint holds
+    it) and a non-persistent one computed at init (it does not)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 16)
+        self.head = nn.Linear(16, 50, bias=False)
+        self.head.weight = self.emb.weight  # tied
+        self.norm = nn.LayerNorm(16)
+        self.register_buffer("scale", torch.full((16,), 0.5))
+        self.register_buffer("freq", torch.arange(16, dtype=torch.float32) / 16,
+                             persistent=False)
+
+    def forward(self, ids):
+        h = self.emb(ids) * self.scale + self.freq
+        h = self.fc2(torch.relu(self.fc1(h)))
+        return self.head(self.norm(h))
+
+
+def _real():
+    torch.manual_seed(0)
+    m = Net().eval()
+    with torch.no_grad():
+        m.scale.uniform_(0.5, 1.5)  # not its init value: must come from the source
+    return m
+
+
+def _empty():
+    with pt2onnx.init_empty_weights():
+        return Net().eval()
+
+
+def _checkpoint_dict(model):
+    """The state dict as save_pretrained writes it: tied weights once."""
+    sd = model.state_dict()
+    sd.pop("head.weight")
+    return {k: v.contiguous() for k, v in sd.items()}
+
+
+IDS = torch.randint(0, 50, (2, 7))
+DYN = {"ids": {0: "batch", 1: "seq"}}
+
+
+def _export(model, path, **kw):
+    return pt2onnx.export(model, (IDS,), str(path), dynamic_shapes=DYN, **kw)
+
+
+def _files(r):
+    return [open(p, "rb").read() for p in [r.path, *r.data_paths]]
+
+
+def _check_ort(path, model):
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ids = torch.randint(0, 50, (3, 11))  # other sizes than the export's
+    got = sess.run(None, {"ids": ids.numpy()})[0]
+    with torch.no_grad():
+        want = model(ids).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+def _out(tmp_path, name="out"):
+    d = tmp_path / name
+    d.mkdir()
+    return d / "model.onnx"
+
+
+@pytest.fixture
+def reference(tmp_path):
+    """The model exported from memory: the files to compare with (the same
+    file name, in another directory)."""
+    real = _real()
+    r = _export(real, _out(tmp_path, "mem"))
+    return real, _files(r)
+
+
+def test_init_empty_weights_makes_fake_parameters_and_real_buffers():
+    m = _empty()
+    from torch._subclasses.fake_tensor import is_fake
+
+    assert all(is_fake(p) for p in m.parameters())
+    assert m.head.weight is m.emb.weight
+    assert not is_fake(m.freq) and torch.equal(m.freq, torch.arange(16) / 16)
+
+
+def test_state_dict(tmp_path, reference):
+    real, want = reference
+    path = _out(tmp_path)
+    r = _export(_empty(), path, weights=real.state_dict())
+    assert _files(r) == want
+    assert r.timings["weights"] >= 0
+    _check_ort(path, real)
+
+
+def test_one_safetensors_file(tmp_path, reference):
+    real, want = reference
+    save_file(_checkpoint_dict(real), tmp_path / "model.safetensors")
+    path = _out(tmp_path)
+    r = _export(_empty(), path, weights=tmp_path / "model.safetensors")
+    assert _files(r) == want
+    # Tied: one tensor in the file, one initializer in the model.
+    import onnx
+
+    names = [i.name for i in onnx.load(str(path), load_external_data=False).graph.initializer]
+    assert sum(n in ("emb.weight", "head.weight") for n in names) == 1, names
+    _check_ort(path, real)
+
+
+def test_sharded_checkpoint_directory(tmp_path, reference):
+    real, want = reference
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    sd = _checkpoint_dict(real)
+    names = sorted(sd)
+    shards = {"model-00001-of-00002.safetensors": names[::2],
+              "model-00002-of-00002.safetensors": names[1::2]}
+    weight_map = {}
+    for shard, keys in shards.items():
+        save_file({k: sd[k] for k in keys}, ckpt / shard)
+        weight_map.update({k: shard for k in keys})
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    path = _out(tmp_path)
+    assert _files(_export(_empty(), path, weights=ckpt)) == want
+    # The shards as a list, any order.
+    path2 = _out(tmp_path, "out2")
+    r = _export(_empty(), path2, weights=[ckpt / s for s in reversed(list(shards))])
+    assert _files(r)[1:] == want[1:]
+    _check_ort(path, real)
+
+
+def test_fake_tensor_mode_model(tmp_path, reference):
+    real, want = reference
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        m = Net().eval()
+    # Buffers made under the mode are fake too: the checkpoint holds `scale`,
+    # the computed `freq` comes from a state dict.
+    assert mode is not None
+    sd = dict(_checkpoint_dict(real), freq=real.freq)
+    path = _out(tmp_path)
+    r = _export(m, path, weights=sd)
+    assert _files(r) == want
+
+
+def _fails(tmp_path, weights, *patterns, model=None):
+    path = tmp_path / "bad" / "model.onnx"
+    path.parent.mkdir(exist_ok=True)
+    with pytest.raises(Exception) as e:
+        _export(model or _empty(), path, weights=weights)
+    for p in patterns:
+        assert p in str(e.value), str(e.value)
+    assert os.listdir(path.parent) == []  # no output, no temporary left
+    return str(e.value)
+
+
+def test_missing_extra_and_mismatched_tensors_are_all_named(tmp_path):
+    sd = _checkpoint_dict(_real())
+    del sd["fc1.bias"]
+    sd["fc2.weight"] = sd["fc2.weight"].double()
+    sd["norm.weight"] = torch.ones(17)
+    sd["extra.weight"] = torch.ones(3)
+    save_file(sd, tmp_path / "model.safetensors")
+    msg = _fails(tmp_path, tmp_path / "model.safetensors",
+                 "'fc1.bias' (torch.float32, shape [32])",
+                 "'fc2.weight' in ", "dtype float64, but the model's is torch.float32",
+                 "'norm.weight' in", "shape [17], but the model's is [16]",
+                 "'extra.weight' in")
+    assert "model.safetensors" in msg
+
+
+def test_missing_weight_without_source(tmp_path):
+    path = tmp_path / "model.onnx"
+    with pytest.raises(ValueError, match="has no data to export .* pass weights="):
+        _export(_empty(), path)
+    assert not path.exists()
+
+
+def test_bad_weights_argument(tmp_path):
+    with pytest.raises(TypeError, match="weights must be"):
+        _export(_empty(), tmp_path / "m.onnx", weights=3)
+    with pytest.raises(FileNotFoundError, match="no .safetensors file"):
+        _export(_empty(), tmp_path / "m.onnx", weights=tmp_path)
+    with pytest.raises(ValueError, match="verify=True"):
+        _export(_empty(), tmp_path / "m.onnx", weights=_real().state_dict(), verify=True)
+
+
+# ---- hostile and broken safetensors headers ---------------------------------------------------
+
+def _raw(path, header, data=b"", length=None):
+    h = json.dumps(header).encode() if isinstance(header, dict) else header
+    path.write_bytes(struct.pack("<Q", len(h) if length is None else length) + h + data)
+    return path
+
+
+def _good_header():
+    """A header + data holding the checkpoint (offsets computed here)."""
+    sd = _checkpoint_dict(_real())
+    header, data = {}, b""
+    for k, v in sd.items():
+        b = v.numpy().tobytes()
+        header[k] = {"dtype": "F32", "shape": list(v.shape),
+                     "data_offsets": [len(data), len(data) + len(b)]}
+        data += b
+    return header, data
+
+
+def test_raw_writer_matches_the_format(tmp_path, reference):
+    real, want = reference
+    header, data = _good_header()
+    header["__metadata__"] = {"format": "pt"}
+    f = _raw(tmp_path / "w.safetensors", header, data)
+    assert _files(_export(_empty(), _out(tmp_path), weights=f)) == want
+
+
+@pytest.mark.parametrize("case", ["huge_header", "header_past_end", "not_json", "short_file",
+                                  "truncated", "overlap", "unknown_dtype", "span_mismatch",
+                                  "negative_shape", "offsets_reversed", "duplicate_across_files"])
+def test_hostile_headers(tmp_path, case):
+    header, data = _good_header()
+    f = tmp_path / "w.safetensors"
+    files = [f]
+    if case == "huge_header":
+        _raw(f, b"{}", length=1 << 62)
+        want = ["exceeds the format's limit of 100 MB"]
+    elif case == "header_past_end":
+        _raw(f, b"{}" + b" " * 10, length=4096)
+        want = ["runs past the end of the file"]
+    elif case == "not_json":
+        _raw(f, b"{not json")
+        want = ["header is not a JSON object"]
+    elif case == "short_file":
+        f.write_bytes(b"abc")
+        want = ["shorter than its 8-byte header length"]
+    elif case == "truncated":
+        _raw(f, header, data[:-100])
+        want = ["(truncated?)"]
+    elif case == "overlap":
+        header["fc1.bias"]["data_offsets"] = header["fc1.weight"]["data_offsets"][0:1] * 2
+        header["fc1.bias"]["data_offsets"][1] += 32 * 4
+        _raw(f, header, data)
+        want = ["overlap"]
+    elif case == "unknown_dtype":
+        header["fc1.bias"]["dtype"] = "F7"
+        _raw(f, header, data)
+        want = ["tensor 'fc1.bias'", "unknown dtype 'F7'"]
+    elif case == "span_mismatch":
+        header["fc1.bias"]["shape"] = [31]
+        _raw(f, header, data)
+        want = ["tensor 'fc1.bias'", "need 124"]
+    elif case == "negative_shape":
+        header["fc1.bias"]["shape"] = [-32]
+        _raw(f, header, data)
+        want = ["tensor 'fc1.bias'", "non-negative integer"]
+    elif case == "offsets_reversed":
+        b, e = header["fc1.bias"]["data_offsets"]
+        header["fc1.bias"]["data_offsets"] = [e, b]
+        _raw(f, header, data)
+        want = ["tensor 'fc1.bias'", "begin after they end"]
+    else:
+        _raw(f, header, data)
+        g = _raw(tmp_path / "w2.safetensors", {"fc1.bias": header["fc1.bias"]}, data)
+        files = [f, g]
+        want = ["tensor 'fc1.bias'", "also in"]
+    _fails(tmp_path, files, "w.safetensors" if case != "duplicate_across_files" else "w",
+           *want)
+
+
+def test_overlap_detects_partial_overlap(tmp_path):
+    header, data = _good_header()
+    b, e = header["fc2.bias"]["data_offsets"]
+    header["fc2.bias"]["data_offsets"] = [b - 4, e - 4]  # into the previous tensor
+    _fails(tmp_path, [_raw(tmp_path / "w.safetensors", header, data)], "overlap")
