@@ -9,6 +9,7 @@ import inspect
 import math
 import operator
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -51,6 +52,41 @@ DEFAULT_OPSET = 18
 # exports run one at a time; the C++ stages after them run in parallel with
 # the GIL released.
 _CAPTURE_LOCK = threading.Lock()
+
+
+class _Progress:
+    """The progress line on stderr: "pt2onnx: <stage> [done / total]",
+    rewritten in place, shown once the export has run for a second
+    (PT2ONNX_PROGRESS_AFTER seconds) and only on a terminal; cleared at the
+    end. verbose=False: never."""
+
+    def __init__(self, verbose: bool | None, total_bytes: int = 0):
+        stream = sys.stderr
+        self.on = verbose is not False and hasattr(stream, "isatty") and stream.isatty()
+        self.after = float(os.environ.get("PT2ONNX_PROGRESS_AFTER", "1.0"))
+        self.start = time.perf_counter()
+        self.last = 0.0
+        self.shown = False
+        self.total = total_bytes
+
+    def __call__(self, stage: str, fraction: float = 0.0) -> None:
+        if not self.on:
+            return
+        now = time.perf_counter()
+        if now - self.start < self.after or (now - self.last < 0.1 and 0 < fraction < 1):
+            return
+        self.last = now
+        line = f"pt2onnx: {stage}"
+        if stage == "writing" and self.total:
+            line += f" {fraction * self.total / 1e9:.2f} / {self.total / 1e9:.2f} GB"
+        sys.stderr.write("\r\033[K" + line)
+        sys.stderr.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
 
 
 @dataclass
@@ -801,6 +837,7 @@ def export(
     target: str = "standard",
     dtype: torch.dtype | str | None = None,
     weights: Any = None,
+    verbose: bool | None = None,
     _state: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
@@ -873,6 +910,9 @@ def export(
     buffers the model computed at init (rotary inv_freq) are taken from the
     model unless the source holds them. A source tensor replaces the
     model's own data where both exist.
+    `verbose`: None (default) or True shows a progress line on stderr when
+    it is a terminal and the export runs longer than a second (the stage,
+    and bytes written of the total while writing); False never does.
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
     fails; the previous file at `f`, if any, is then left as it was.
     """
@@ -917,13 +957,16 @@ def export(
         ep = model
     elif not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be an nn.Module or ExportedProgram, not {type(model)}")
+    progress = _Progress(verbose)
     with _CAPTURE_LOCK:
         if not isinstance(model, torch.export.ExportedProgram):
+            progress("capturing")
             with _training.module_mode(model, training):
                 ep, in_dim_names, out_dim_names = _capture(
                     model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
                     strict)
         t1 = time.perf_counter()
+        progress("serializing")
         program_json = _serialize(ep)
         if _state is not None:
             _state.update(program_json=program_json, opset=opset,
@@ -942,6 +985,9 @@ def export(
                          "check the file against a model loaded with its weights")
     if source is None:
         source = _WeightSource()
+    progress.total = sum(math.prod(v[3]) * torch.empty((), dtype=getattr(torch, v[2][6:])
+                                                       ).element_size()
+                         for v in weight_views if v[2].startswith("torch."))
 
     if external_data is None:
         ext = "auto"
@@ -980,12 +1026,14 @@ def export(
             source_aliases=source.aliases,
             allow_unused=source.allow_unused,
             convert_floats=source.convert_floats,
+            progress=progress if progress.on else None,
         )
         model_bytes = None
         if tmpdir is not None:
             with open(path, "rb") as fh:
                 model_bytes = fh.read()
     finally:
+        progress.done()
         del keep_alive, source
         if tmpdir is not None:
             tmpdir.cleanup()

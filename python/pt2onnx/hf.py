@@ -311,6 +311,7 @@ def export_pretrained(
     target: str = "standard",
     dtype: torch.dtype | str | None = None,
     weights: str = "empty",
+    verbose: bool | None = None,
 ) -> ExportResult:
     """Exports the local transformers checkpoint at `path` (config.json +
     weights, as save_pretrained writes) for `task` to `f` (default:
@@ -340,7 +341,7 @@ def export_pretrained(
     from_pretrained first (checkpoints without safetensors files need it).
     Both write the same file. `verify=True` runs the model in PyTorch, which
     then loads its weights (after the export): use verify=False for models
-    larger than memory."""
+    larger than memory. `verbose` is export()'s (the progress line)."""
     name = _export_mod.dtype_name(dtype)
     default_atol, default_rtol = _export_mod.DTYPE_TOLERANCE[name]
     atol = default_atol if atol is None else atol
@@ -356,7 +357,7 @@ def export_pretrained(
     torch.manual_seed(0)
     example = inputs.make(2, 8, 4 if task == "text-generation-with-past" else 0)
     result = export(model, (), f, kwargs=example, dynamic_shapes=inputs.dynamic_shapes(example),
-                    opset=opset, target=target, dtype=name, weights=source)
+                    opset=opset, target=target, dtype=name, weights=source, verbose=verbose)
     if verify:
         if source is not None:  # PyTorch needs the weights to run: only now loaded
             model = load_pretrained(path, task)
@@ -385,10 +386,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
                    help="float type of the weights, inputs, outputs and compute (default "
                         "float32); norm statistics, softmax and sums stay float32")
+    p.add_argument("--weights", choices=("empty", "memory"), default="empty",
+                   help="empty (default): build the model without weight data and copy the "
+                        "checkpoint's safetensors into the output file-to-file (any size fits); "
+                        "memory: load the model first (from_pretrained)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
     a = p.parse_args(argv)
     try:
         r = export_pretrained(a.path, a.task, a.output, opset=a.opset, verify=not a.no_verify,
-                              target=a.target, dtype=a.dtype)
+                              target=a.target, dtype=a.dtype, weights=a.weights,
+                              verbose=False if a.quiet else None)
     except Exception as e:  # one clear line, no traceback, for the command
         print(f"pt2onnx-pretrained: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

@@ -143,7 +143,8 @@ Result convert_program_from(std::string_view program_json, const std::string& so
   // Anything but an Error escaping a stage is a bug of ours on input it did
   // not foresee: callers still get an Error naming the stage, never another
   // exception type (nor, from the CLI, a crash).
-  auto stage = [](const char* name, auto&& fn) {
+  auto stage = [&options](const char* name, auto&& fn) {
+    if (options.progress) options.progress(name, 0.0);
     try {
       return fn();
     } catch (const Error&) {

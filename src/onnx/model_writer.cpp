@@ -430,7 +430,7 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
       if (t.src_fd >= 0) release_mapped(t);
     }
     done += n;
-    if (opt.progress) opt.progress("write", total ? static_cast<double>(done) / total : 1.0);
+    if (opt.progress) opt.progress("writing", total ? static_cast<double>(done) / total : 1.0);
   };
 
   {

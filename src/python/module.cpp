@@ -56,7 +56,7 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
                  const std::vector<std::string>& source_files,
                  const std::vector<WeightTuple>& source_tensors,
                  const std::map<std::string, std::vector<std::string>>& source_aliases,
-                 bool allow_unused, bool convert_floats) {
+                 bool allow_unused, bool convert_floats, nb::object progress) {
   pt2onnx::Options o;
   auto t = pt2onnx::target_from_string(target);
   if (!t) throw pt2onnx::Error("target must be 'standard' or 'onnxruntime', not '" + target + "'");
@@ -101,6 +101,20 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
   source.aliases = source_aliases;
   source.allow_unused = allow_unused;
   source.convert_floats = convert_floats;
+  if (!progress.is_none()) {
+    // Called from the converting thread (the GIL released around it); an
+    // exception in the callback only stops the progress line.
+    o.progress = [progress, failed = false](std::string_view stage, double fraction) mutable {
+      if (failed) return;
+      nb::gil_scoped_acquire gil;
+      try {
+        progress(std::string(stage), fraction);
+      } catch (nb::python_error& e) {
+        failed = true;
+        e.discard_as_unraisable("pt2onnx progress callback");
+      }
+    };
+  }
   std::string_view json(static_cast<const char*>(program_json.data()), program_json.size());
   pt2onnx::Result r;
   {
@@ -170,7 +184,8 @@ NB_MODULE(_core, m) {
         nb::arg("dtype") = "float32", nb::arg("source_files") = std::vector<std::string>{},
         nb::arg("source_tensors") = std::vector<WeightTuple>{},
         nb::arg("source_aliases") = std::map<std::string, std::vector<std::string>>{},
-        nb::arg("allow_unused") = false, nb::arg("convert_floats") = false);
+        nb::arg("allow_unused") = false, nb::arg("convert_floats") = false,
+        nb::arg("progress") = nb::none());
   m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"),
         nb::arg("custom_functions") = CustomFunctions{});
   m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));
