@@ -19,6 +19,10 @@ namespace pt2onnx {
 enum class ExternalData { Auto, Always, Never };
 // "auto" / "always" / "never"; nullopt for anything else.
 std::optional<ExternalData> external_data_from_string(std::string_view s);
+// "shards:2GB" (also KB / MB / GB / TB, KiB / MiB / GiB / TiB, or plain bytes;
+// at least 4096): the shard size for Options::external_data_shard_bytes;
+// nullopt for anything else.
+std::optional<uint64_t> external_data_shards_from_string(std::string_view s);
 
 class Ctx;  // what a converter sees of one node: src/convert/context.h
 // A C++ converter (the signature of the built-in ones in src/convert/).
@@ -77,8 +81,12 @@ struct Options {
   ExternalData external_data = ExternalData::Always;
   uint64_t external_data_threshold = 1800ull << 20;  // stays clear of protobuf's 2 GiB
   uint64_t external_min_tensor_bytes = 1024;         // smaller tensors stay inline
-  std::vector<std::string> input_names;              // overrides, positional
-  std::vector<std::string> output_names;             // overrides, positional
+  // External data in several files (shards) of at most this many bytes each
+  // (a tensor larger than that fills a file alone); 0: one file. Each tensor
+  // starts 4096-aligned in its file. Names: <output>.data, <output>.1.data, ...
+  uint64_t external_data_shard_bytes = 0;
+  std::vector<std::string> input_names;   // overrides, positional
+  std::vector<std::string> output_names;  // overrides, positional
   // dim_param names: user input (FX placeholder name) -> axis -> name.
   std::map<std::string, std::map<int64_t, std::string>> input_dim_names;
   // Output dim names by output position -> axis -> name (torch.onnx dynamic_axes on outputs).

@@ -774,9 +774,10 @@ def _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names, 
         dup = sorted({n for n in names if list(names).count(n) > 1})
         if dup:
             raise ValueError(f"{arg} repeats {dup}")
-    for arg, v in (("external_data", external_data),):
-        if v is not None and not isinstance(v, bool):
-            raise TypeError(f"{arg} must be True, False or None, not {v!r}")
+    if external_data is not None and not isinstance(external_data, bool) and not (
+            isinstance(external_data, str) and _core.external_data_shards(external_data)):
+        raise TypeError("external_data must be True, False, None or 'shards:SIZE' (e.g. "
+                        f"'shards:2GB'), not {external_data!r}")
     for arg, v in (("optimize", optimize), ("strict", strict)):
         if not isinstance(v, bool):
             raise TypeError(f"{arg} must be True or False, not {v!r}")
@@ -822,7 +823,7 @@ def export(
     opset: int | None = None,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
-    external_data: bool | None = True,
+    external_data: bool | str | None = True,
     optimize: bool = True,
     strict: bool = False,
     fallback: str | None = None,
@@ -849,7 +850,10 @@ def export(
     True (default, as torch.onnx.export) = weights of 1 KiB and more go to
     `<f>.data` beside `f` (`<f>.1.data` while `<f>.data` belongs to the model
     being replaced), False = one file, None = automatic (external data above
-    ~1.8 GB). With f=None the model is one in-memory file (`model_bytes`). `fallback="custom_domain"` writes ops no converter handles
+    ~1.8 GB), "shards:2GB" = weights split into data files of at most that
+    size (`<f>.data`, `<f>.1.data`, ...; a larger tensor fills a file
+    alone), each tensor 4096-aligned. With f=None the model is one in-memory
+    file (`model_bytes`). `fallback="custom_domain"` writes ops no converter handles
     as nodes of domain pkg.torch.ops (listed in the result's `fallback_ops`
     and in a warning) instead of failing. `custom_translation_table={op:
     fn}` converts `op` (an op overload, a torch.library.custom_op, or an aten
@@ -989,7 +993,10 @@ def export(
                                                        ).element_size()
                          for v in weight_views if v[2].startswith("torch."))
 
-    if external_data is None:
+    shard_bytes = 0
+    if isinstance(external_data, str):  # "shards:2GB"
+        ext, shard_bytes = "always", _core.external_data_shards(external_data)
+    elif external_data is None:
         ext = "auto"
     else:
         ext = "always" if external_data else "never"
@@ -1027,6 +1034,7 @@ def export(
             allow_unused=source.allow_unused,
             convert_floats=source.convert_floats,
             progress=progress if progress.on else None,
+            shard_bytes=shard_bytes,
         )
         model_bytes = None
         if tmpdir is not None:

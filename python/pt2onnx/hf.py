@@ -312,6 +312,7 @@ def export_pretrained(
     dtype: torch.dtype | str | None = None,
     weights: str = "empty",
     verbose: bool | None = None,
+    external_data: bool | str | None = True,
 ) -> ExportResult:
     """Exports the local transformers checkpoint at `path` (config.json +
     weights, as save_pretrained writes) for `task` to `f` (default:
@@ -341,7 +342,8 @@ def export_pretrained(
     from_pretrained first (checkpoints without safetensors files need it).
     Both write the same file. `verify=True` runs the model in PyTorch, which
     then loads its weights (after the export): use verify=False for models
-    larger than memory. `verbose` is export()'s (the progress line)."""
+    larger than memory. `verbose` (the progress line) and `external_data`
+    ("shards:2GB": data files of at most 2 GB) are export()'s."""
     name = _export_mod.dtype_name(dtype)
     default_atol, default_rtol = _export_mod.DTYPE_TOLERANCE[name]
     atol = default_atol if atol is None else atol
@@ -357,7 +359,8 @@ def export_pretrained(
     torch.manual_seed(0)
     example = inputs.make(2, 8, 4 if task == "text-generation-with-past" else 0)
     result = export(model, (), f, kwargs=example, dynamic_shapes=inputs.dynamic_shapes(example),
-                    opset=opset, target=target, dtype=name, weights=source, verbose=verbose)
+                    opset=opset, target=target, dtype=name, weights=source, verbose=verbose,
+                    external_data=external_data)
     if verify:
         if source is not None:  # PyTorch needs the weights to run: only now loaded
             model = load_pretrained(path, task)
@@ -390,12 +393,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="empty (default): build the model without weight data and copy the "
                         "checkpoint's safetensors into the output file-to-file (any size fits); "
                         "memory: load the model first (from_pretrained)")
+    p.add_argument("--external-data", default=None, metavar="MODE",
+                   help="always (default), never, auto, or shards:SIZE (e.g. shards:2GB: "
+                        "data files of at most that size)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
     a = p.parse_args(argv)
     try:
         r = export_pretrained(a.path, a.task, a.output, opset=a.opset, verify=not a.no_verify,
                               target=a.target, dtype=a.dtype, weights=a.weights,
-                              verbose=False if a.quiet else None)
+                              verbose=False if a.quiet else None,
+                              external_data={None: True, "always": True, "never": False,
+                                             "auto": None}.get(a.external_data,
+                                                               a.external_data))
     except Exception as e:  # one clear line, no traceback, for the command
         print(f"pt2onnx-pretrained: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

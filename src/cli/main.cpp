@@ -33,7 +33,9 @@ void usage(FILE* out) {
       "  -o, --output PATH          output file (default: MODEL.onnx beside the input)\n"
       "  --opset N                  ONNX opset, %d..%d (default %d)\n"
       "  --external-data MODE       always (default, as torch.onnx), never (one file),\n"
-      "                             auto (above ~1.8 GB); weights go to PATH.data\n"
+      "                             auto (above ~1.8 GB); weights go to PATH.data;\n"
+      "                             shards:2GB splits them into files of at most 2 GB\n"
+      "                             (PATH.data, PATH.1.data, ...)\n"
       "  --no-optimize              write the graph as converted (no passes)\n"
       "  --target NAME              standard (default): ONNX operators, fused where the\n"
       "                             opset has fused ones; onnxruntime: onnxruntime's\n"
@@ -175,9 +177,18 @@ int run_convert(const std::vector<std::string>& args) {
     } else if (a == "--opset") {
       o.opset = parse_int(value(), "--opset");
     } else if (a == "--external-data") {
-      auto mode = pt2onnx::external_data_from_string(value());
-      if (!mode) throw UsageError{"--external-data must be auto, always or never"};
-      o.external_data = *mode;
+      std::string v = value();
+      if (auto shard = pt2onnx::external_data_shards_from_string(v)) {
+        o.external_data = pt2onnx::ExternalData::Always;
+        o.external_data_shard_bytes = *shard;
+      } else {
+        auto mode = pt2onnx::external_data_from_string(v);
+        if (!mode)
+          throw UsageError{
+              "--external-data must be auto, always, never or shards:SIZE (e.g. "
+              "shards:2GB)"};
+        o.external_data = *mode;
+      }
     } else if (a == "--target") {
       auto t = pt2onnx::target_from_string(value());
       if (!t) throw UsageError{"--target must be standard or onnxruntime"};

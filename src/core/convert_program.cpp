@@ -1,6 +1,7 @@
 // The pipeline after capture: read -> convert -> optimize -> write, timed.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <map>
@@ -21,6 +22,35 @@ std::optional<ExternalData> external_data_from_string(std::string_view s) {
   if (s == "auto") return ExternalData::Auto;
   if (s == "always") return ExternalData::Always;
   if (s == "never") return ExternalData::Never;
+  return std::nullopt;
+}
+
+std::optional<uint64_t> external_data_shards_from_string(std::string_view s) {
+  if (!s.starts_with("shards:")) return std::nullopt;
+  s.remove_prefix(7);
+  size_t digits = 0;
+  uint64_t n = 0;
+  while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') {
+    if (n > (UINT64_MAX - 9) / 10) return std::nullopt;
+    n = n * 10 + static_cast<uint64_t>(s[digits++] - '0');
+  }
+  if (digits == 0) return std::nullopt;
+  const std::string_view unit = s.substr(digits);
+  static const std::pair<std::string_view, uint64_t> kUnits[] = {{"", 1},
+                                                                 {"B", 1},
+                                                                 {"KB", 1000},
+                                                                 {"MB", 1000'000},
+                                                                 {"GB", 1000'000'000},
+                                                                 {"TB", 1000'000'000'000},
+                                                                 {"KiB", 1ull << 10},
+                                                                 {"MiB", 1ull << 20},
+                                                                 {"GiB", 1ull << 30},
+                                                                 {"TiB", 1ull << 40}};
+  for (auto& [u, scale] : kUnits)
+    if (unit == u) {
+      if (n > UINT64_MAX / scale || n * scale < 4096) return std::nullopt;
+      return n * scale;
+    }
   return std::nullopt;
 }
 
@@ -211,6 +241,7 @@ Result convert_program_from(std::string_view program_json, const std::string& so
   wo.external_data = options.external_data;
   wo.external_data_threshold = options.external_data_threshold;
   wo.external_min_tensor_bytes = options.external_min_tensor_bytes;
+  wo.shard_bytes = options.external_data_shard_bytes;
   wo.progress = options.progress;
   WriteResult w = stage("writing", [&] { return write_model(g, output_path, wo); });
   auto t4 = clock::now();

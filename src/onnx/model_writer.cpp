@@ -300,37 +300,43 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   bool external = opt.external_data == ExternalData::Always ||
                   (opt.external_data == ExternalData::Auto &&
                    result.weight_bytes > opt.external_data_threshold);
-  bool has_ext = false;
-  for (auto& init : g.initializers)
-    has_ext |= external && init.data.nbytes() >= opt.external_min_tensor_bytes;
-  // Temporary model file now, data file under its final fresh name (the
-  // model names it): nothing at `path` changes before files.commit().
+  // Temporary model file now, data files under their final fresh names (the
+  // model names them), made while planning: nothing at `path` changes before
+  // files.commit().
   OutputFiles files(path);
-  if (has_ext) files.create_data();
-  const std::string& location = files.data_location();
 
   // Plan: which tensors go to the side file and at which offsets.
   struct Planned {
     const Initializer* init;
     bool ext;
     uint64_t offset;
-    Msg header;  // TensorProto without its payload (raw_data comes last)
+    size_t file;  // data file (shard) index
+    Msg header;   // TensorProto without its payload (raw_data comes last)
   };
   std::vector<Planned> plan;
   plan.reserve(g.initializers.size());
   uint64_t data_end = 0;
   uint64_t inline_bytes = 0;
   for (auto& init : g.initializers) {
-    Planned p{&init, false, 0, {}};
+    Planned p{&init, false, 0, 0, {}};
     uint64_t nb = init.data.nbytes();
     p.ext = external && nb >= opt.external_min_tensor_bytes;
     tensor_header(p.header, init.data, init.name);
     if (p.ext) {
       p.offset = (data_end + kAlign - 1) / kAlign * kAlign;
+      // Shards: a tensor that would pass the limit starts the next file (one
+      // larger than the limit fills a file alone: tensors are not split).
+      if (files.data_files() == 0 ||
+          (opt.shard_bytes && data_end > 0 && p.offset + nb > opt.shard_bytes)) {
+        files.create_data();
+        p.offset = 0;
+      }
+      p.file = files.data_files() - 1;
       data_end = p.offset + nb;
-      for (auto [k, v] : {std::pair<std::string, std::string>{"location", location},
-                          {"offset", std::to_string(p.offset)},
-                          {"length", std::to_string(nb)}}) {
+      for (auto [k, v] :
+           {std::pair<std::string, std::string>{"location", files.data_location(p.file)},
+            {"offset", std::to_string(p.offset)},
+            {"length", std::to_string(nb)}}) {
         Msg e;
         e.bytes_field(1, k);
         e.bytes_field(2, v);
@@ -452,15 +458,15 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
     out.put(functions.bytes);
     out.finish();
   }
-  if (has_ext) {
-    FileOut out(files.data_fd(), files.data_path());
+  for (size_t f = 0; f < files.data_files(); ++f) {
+    FileOut out(files.data_fd(f), files.data_path(f));
     for (auto& p : plan) {
-      if (!p.ext) continue;
+      if (!p.ext || p.file != f) continue;
       out.zeros(p.offset - out.written());
       payload(out, p.init->data);
     }
     out.finish();
-    result.data_paths.push_back(files.data_path());
+    result.data_paths.push_back(files.data_path(f));
   }
   files.commit();
   return result;

@@ -18,6 +18,7 @@ struct WriteOptions {
   ExternalData external_data = ExternalData::Auto;
   uint64_t external_data_threshold = 1800ull << 20;
   uint64_t external_min_tensor_bytes = 1024;
+  uint64_t shard_bytes = 0;  // external data split into files of at most this size (0: one)
   std::function<void(std::string_view stage, double fraction)> progress;
 };
 

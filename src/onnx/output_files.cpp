@@ -145,22 +145,29 @@ OutputFiles::~OutputFiles() {
   if (!committed_ && dir_fd_ >= 0) {
     // Unlink before closing: the lock keeps other cleanups off until then.
     if (!model_tmp_.empty()) ::unlinkat(dir_fd_, model_tmp_.c_str(), 0);
-    if (data_fd_ >= 0) ::unlinkat(dir_fd_, data_name_.c_str(), 0);
+    for (auto& d : data_) ::unlinkat(dir_fd_, d.name.c_str(), 0);
   }
   if (model_fd_ >= 0) ::close(model_fd_);
-  if (data_fd_ >= 0) ::close(data_fd_);
+  for (auto& d : data_)
+    if (d.fd >= 0) ::close(d.fd);
   if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
-std::string OutputFiles::data_path() const {
-  return dir_ == "." && target_.find('/') == std::string::npos ? data_name_
-                                                               : dir_ + "/" + data_name_;
+std::string OutputFiles::data_path(size_t i) const {
+  const std::string& name = data_[i].name;
+  return dir_ == "." && target_.find('/') == std::string::npos ? name : dir_ + "/" + name;
+}
+
+bool OutputFiles::is_ours(const std::string& data_name) const {
+  for (auto& d : data_)
+    if (d.name == data_name) return true;
+  return false;
 }
 
 // <f>.data as torch.onnx names it, unless that name exists (the current
 // model's data, or another export's): then <f>.1.data, <f>.2.data, ...; for
 // names too long for that, pt2onnx-<hash>.<n>.data.
-int OutputFiles::create_data() {
+size_t OutputFiles::create_data() {
   FlockGuard lock(dir_fd_);
   const std::string hashed = "pt2onnx-" + hex64(fnv1a(base_));
   for (int n = 0; n < 10000; ++n) {
@@ -173,19 +180,19 @@ int OutputFiles::create_data() {
       sys_fail("cannot create", dir_ + "/" + name);
     }
     ::flock(fd, LOCK_EX | LOCK_NB);
-    data_fd_ = fd;
-    data_name_ = name;
-    return fd;
+    data_.push_back({name, fd});
+    return data_.size() - 1;
   }
   throw Error("cannot pick a free external-data name beside '" + target_ + "'");
 }
 
 void OutputFiles::commit() {
   if (::fsync(model_fd_) != 0) sys_fail("cannot write", dir_ + "/" + model_tmp_);
-  if (data_fd_ >= 0 && ::fsync(data_fd_) != 0) sys_fail("cannot write", data_path());
+  for (size_t i = 0; i < data_.size(); ++i)
+    if (::fsync(data_[i].fd) != 0) sys_fail("cannot write", data_path(i));
   FlockGuard lock(dir_fd_);
-  // The data file's directory entry is durable before the model names it.
-  if (data_fd_ >= 0 && ::fsync(dir_fd_) != 0) sys_fail("cannot write the directory", dir_);
+  // The data files' directory entries are durable before the model names them.
+  if (!data_.empty() && ::fsync(dir_fd_) != 0) sys_fail("cannot write the directory", dir_);
   if (::renameat(dir_fd_, model_tmp_.c_str(), dir_fd_, base_.c_str()) != 0)
     throw Error("cannot rename '" + dir_ + "/" + model_tmp_ + "' to '" + target_ +
                 "': " + std::strerror(errno));
@@ -197,8 +204,10 @@ void OutputFiles::commit() {
   // a lock held until our destructor would leave it behind as an orphan.
   ::close(model_fd_);
   model_fd_ = -1;
-  if (data_fd_ >= 0) ::close(data_fd_);
-  data_fd_ = -1;
+  for (auto& d : data_) {
+    ::close(d.fd);
+    d.fd = -1;
+  }
 }
 
 // Under the directory lock. Removes our temporaries of this path that no live
@@ -214,7 +223,7 @@ void OutputFiles::cleanup_locked(bool after_commit) {
     std::string name = e->d_name;
     bool temp = starts_with(name, tag_) && ends_with(name, ".tmp") && name != model_tmp_;
     bool data = false;
-    if (after_commit && name != data_name_ && ends_with(name, ".data")) {
+    if (after_commit && !is_ours(name) && ends_with(name, ".data")) {
       if (name == base_ + ".data") {
         data = true;
       } else if (starts_with(name, data_prefix) || starts_with(name, hashed)) {

@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pt2onnx {
 
@@ -31,13 +32,15 @@ class OutputFiles {
 
   int model_fd() const { return model_fd_; }
   const std::string& model_temp_path() const { return model_tmp_; }
-  // Creates the fresh external-data file; returns its descriptor.
-  int create_data();
-  int data_fd() const { return data_fd_; }
-  // The data file's name as the model's `location` (beside the model) and
-  // its full path; known before create_data() is called.
-  const std::string& data_location() const { return data_name_; }
-  std::string data_path() const;
+  // Creates a fresh external-data file (one per call: shards); returns its
+  // index. Names: <f>.data, else the first free of <f>.1.data, <f>.2.data...
+  size_t create_data();
+  size_t data_files() const { return data_.size(); }
+  int data_fd(size_t i = 0) const { return data_[i].fd; }
+  // A data file's name as the model's `location` (beside the model) and its
+  // full path.
+  const std::string& data_location(size_t i = 0) const { return data_[i].name; }
+  std::string data_path(size_t i = 0) const;
   // The file written (symlinks resolved).
   const std::string& target() const { return target_; }
 
@@ -46,7 +49,6 @@ class OutputFiles {
   void commit();
 
  private:
-  void pick_data_name();
   void cleanup_locked(bool after_commit);
 
   std::string target_;  // resolved path of the model
@@ -54,10 +56,14 @@ class OutputFiles {
   std::string base_;    // its file name
   std::string tag_;     // ".pt2onnx-<hash of base_>-": prefix of our temporaries
   std::string model_tmp_;
-  std::string data_name_;
+  struct DataFile {
+    std::string name;
+    int fd = -1;
+  };
+  std::vector<DataFile> data_;
+  bool is_ours(const std::string& data_name) const;
   int dir_fd_ = -1;
   int model_fd_ = -1;
-  int data_fd_ = -1;
   bool committed_ = false;
 };
 

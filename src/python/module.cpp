@@ -2,6 +2,7 @@
 // pt2onnx/_capture.py and runs the C++ pipeline with the GIL released.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -42,21 +43,19 @@ nb::list ops_list(const std::vector<pt2onnx::UnsupportedOp>& ops) {
   return l;
 }
 
-nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights,
-                 const std::string& output_path, int opset, bool optimize,
-                 const std::string& external_data, const std::vector<std::string>& input_names,
-                 const std::vector<std::string>& output_names,
-                 const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
-                 const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names,
-                 const std::string& fallback, const CustomFunctions& custom_functions,
-                 const std::map<std::string, int64_t>& custom_opsets, const std::string& training,
-                 bool all_modules_as_functions,
-                 const std::vector<std::string>& modules_as_functions, bool inline_functions,
-                 const std::string& target, const std::string& dtype,
-                 const std::vector<std::string>& source_files,
-                 const std::vector<WeightTuple>& source_tensors,
-                 const std::map<std::string, std::vector<std::string>>& source_aliases,
-                 bool allow_unused, bool convert_floats, nb::object progress) {
+nb::dict convert(
+    nb::bytes program_json, const std::vector<WeightTuple>& weights, const std::string& output_path,
+    int opset, bool optimize, const std::string& external_data,
+    const std::vector<std::string>& input_names, const std::vector<std::string>& output_names,
+    const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
+    const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names,
+    const std::string& fallback, const CustomFunctions& custom_functions,
+    const std::map<std::string, int64_t>& custom_opsets, const std::string& training,
+    bool all_modules_as_functions, const std::vector<std::string>& modules_as_functions,
+    bool inline_functions, const std::string& target, const std::string& dtype,
+    const std::vector<std::string>& source_files, const std::vector<WeightTuple>& source_tensors,
+    const std::map<std::string, std::vector<std::string>>& source_aliases, bool allow_unused,
+    bool convert_floats, nb::object progress, uint64_t shard_bytes) {
   pt2onnx::Options o;
   auto t = pt2onnx::target_from_string(target);
   if (!t) throw pt2onnx::Error("target must be 'standard' or 'onnxruntime', not '" + target + "'");
@@ -82,6 +81,7 @@ nb::dict convert(nb::bytes program_json, const std::vector<WeightTuple>& weights
   auto mode = pt2onnx::external_data_from_string(external_data);
   if (!mode) throw pt2onnx::Error("external_data must be 'auto', 'always' or 'never'");
   o.external_data = *mode;
+  o.external_data_shard_bytes = shard_bytes;
   o.input_names = input_names;
   o.output_names = output_names;
   o.input_dim_names = input_dim_names;
@@ -185,7 +185,11 @@ NB_MODULE(_core, m) {
         nb::arg("source_tensors") = std::vector<WeightTuple>{},
         nb::arg("source_aliases") = std::map<std::string, std::vector<std::string>>{},
         nb::arg("allow_unused") = false, nb::arg("convert_floats") = false,
-        nb::arg("progress") = nb::none());
+        nb::arg("progress") = nb::none(), nb::arg("shard_bytes") = 0);
+  m.def(
+      "external_data_shards",
+      [](const std::string& spec) { return pt2onnx::external_data_shards_from_string(spec); },
+      nb::arg("spec"));
   m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"),
         nb::arg("custom_functions") = CustomFunctions{});
   m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));

@@ -168,7 +168,7 @@ def test_opset_must_be_an_int_in_range(tmp_onnx, opset, exc, text):
     (dict(input_names="x"), "input_names must be a list of str"),
     (dict(input_names=[1]), r"input_names\[0\] must be a non-empty str"),
     (dict(output_names=("y", "y")), r"output_names repeats \['y'\]"),
-    (dict(external_data="yes"), "external_data must be True, False or None"),
+    (dict(external_data="yes"), "external_data must be True, False, None or .shards:SIZE."),
     (dict(optimize=1), "optimize must be True or False"),
     (dict(dynamic_axes=[0]), "dynamic_axes must be a dict"),
     (dict(dynamic_axes={"x": 0}), r"dynamic_axes\['x'\] must be a list of axes or a dict"),

@@ -296,3 +296,45 @@ def test_overlap_detects_partial_overlap(tmp_path):
     b, e = header["fc2.bias"]["data_offsets"]
     header["fc2.bias"]["data_offsets"] = [b - 4, e - 4]  # into the previous tensor
     _fails(tmp_path, [_raw(tmp_path / "w.safetensors", header, data)], "overlap")
+
+
+# ---- sharded external data ------------------------------------------------------------------
+
+def test_sharded_external_data(tmp_path, reference):
+    real, _ = reference
+    path = _out(tmp_path)
+    r = _export(_empty(), path, weights=real.state_dict(), external_data="shards:5KB")
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    locations = {}
+    for init in m.graph.initializer:
+        if init.data_location == onnx.TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in init.external_data}
+            assert int(info.get("offset", 0)) % 4096 == 0
+            locations.setdefault(info["location"], []).append(int(info["length"]))
+    names = sorted(locations)
+    assert "model.onnx.data" in names and "model.onnx.1.data" in names
+    assert len(names) == len(r.data_paths) > 2
+    for name, lengths in locations.items():
+        size = os.path.getsize(path.parent / name)
+        # At most 5 kB per file unless one tensor alone is larger.
+        assert size <= 5000 or len(lengths) == 1, (name, size, lengths)
+    # Every weight's bytes are where the model says (onnx reads them back) ...
+    full = onnx.load(str(path))
+    want = onnx.load(_export(real, _out(tmp_path, "one")).path)
+    got = {i.name: onnx.numpy_helper.to_array(i) for i in full.graph.initializer}
+    for i in want.graph.initializer:
+        np.testing.assert_array_equal(got[i.name], onnx.numpy_helper.to_array(i))
+    # ... and onnxruntime runs it.
+    _check_ort(path, real)
+    # Exported again to the same path: the old shards are removed after the commit.
+    r2 = _export(real, path, external_data="shards:5KB")
+    left = sorted(p for p in os.listdir(path.parent) if p.endswith(".data"))
+    assert left == sorted(os.path.basename(p) for p in r2.data_paths)
+
+
+@pytest.mark.parametrize("bad", ["shards:", "shards:2XB", "shards:100", "shard:2GB", "2GB"])
+def test_bad_shard_sizes(tmp_path, bad):
+    with pytest.raises(TypeError, match="external_data must be"):
+        _export(_real(), tmp_path / "m.onnx", external_data=bad)
