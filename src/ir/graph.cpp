@@ -5,6 +5,10 @@
 #include <string>
 #include <unordered_set>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 #include "pt2onnx/error.h"
 
 namespace pt2onnx {
@@ -75,13 +79,95 @@ struct Elem {
   unsigned char b[N];
 };
 
+#if defined(__SSE2__)
+// out rows r..r+8, columns c..c+8 from an 8x8 block of 2-byte elements whose
+// rows are contiguous in the source along the output's rows (a transposed
+// weight: src[(c + b) * s1 + r + a] -> out[(r + a) * cols + c + b]), with
+// SSE2's 16-bit unpacks: 8 loads, 24 unpacks, 8 stores instead of 64 scalar
+// moves.
+inline void transpose8x8_16(const uint8_t* src, int64_t src_row_bytes, uint8_t* out,
+                            int64_t out_row_bytes) {
+  __m128i r[8];
+  for (int b = 0; b < 8; ++b)
+    r[b] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + b * src_row_bytes));
+  __m128i t[8], u[8];
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm_unpacklo_epi16(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm_unpackhi_epi16(r[2 * k], r[2 * k + 1]);
+  }
+  for (int k = 0; k < 2; ++k) {
+    u[4 * k] = _mm_unpacklo_epi32(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 1] = _mm_unpackhi_epi32(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 2] = _mm_unpacklo_epi32(t[4 * k + 1], t[4 * k + 3]);
+    u[4 * k + 3] = _mm_unpackhi_epi32(t[4 * k + 1], t[4 * k + 3]);
+  }
+  // u[0..3]: columns (0,1), (2,3), (4,5), (6,7) of rows 0-3; u[4..7] of rows 4-7.
+  for (int k = 0; k < 4; ++k) {
+    __m128i lo = _mm_unpacklo_epi64(u[k], u[k + 4]);
+    __m128i hi = _mm_unpackhi_epi64(u[k], u[k + 4]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * k) * out_row_bytes), lo);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * k + 1) * out_row_bytes), hi);
+  }
+}
+
+// The same for 4x4 blocks of 4-byte elements (SSE's 4x4 float transpose).
+inline void transpose4x4_32(const uint8_t* src, int64_t src_row_bytes, uint8_t* out,
+                            int64_t out_row_bytes) {
+  __m128 r0 = _mm_loadu_ps(reinterpret_cast<const float*>(src));
+  __m128 r1 = _mm_loadu_ps(reinterpret_cast<const float*>(src + src_row_bytes));
+  __m128 r2 = _mm_loadu_ps(reinterpret_cast<const float*>(src + 2 * src_row_bytes));
+  __m128 r3 = _mm_loadu_ps(reinterpret_cast<const float*>(src + 3 * src_row_bytes));
+  _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+  _mm_storeu_ps(reinterpret_cast<float*>(out), r0);
+  _mm_storeu_ps(reinterpret_cast<float*>(out + out_row_bytes), r1);
+  _mm_storeu_ps(reinterpret_cast<float*>(out + 2 * out_row_bytes), r2);
+  _mm_storeu_ps(reinterpret_cast<float*>(out + 3 * out_row_bytes), r3);
+}
+#endif
+
+// One kTile x kTile block (rows [i0, i1), columns [j0, j1)) of a rank-2
+// strided copy whose last stride is not 1.
+template <typename E>
+void gather_block(const E* src, E* out, int64_t cols, int64_t s0, int64_t s1, int64_t i0,
+                  int64_t i1, int64_t j0, int64_t j1) {
+  int64_t jv = j0, iv = i0;  // where the vector blocks end
+#if defined(__SSE2__)
+  constexpr int64_t B = sizeof(E) == 2 ? 8 : sizeof(E) == 4 ? 4 : 0;
+  if constexpr (B > 0) {
+    if (s0 == 1) {  // a transposed layout: the source rows run along the output rows
+      iv = i0 + (i1 - i0) / B * B;
+      jv = j0 + (j1 - j0) / B * B;
+      for (int64_t i = i0; i < iv; i += B)
+        for (int64_t j = j0; j < jv; j += B) {
+          const auto* from = reinterpret_cast<const uint8_t*>(src + i + j * s1);
+          auto* to = reinterpret_cast<uint8_t*>(out + i * cols + j);
+          const int64_t sb = s1 * static_cast<int64_t>(sizeof(E));
+          const int64_t ob = cols * static_cast<int64_t>(sizeof(E));
+          if constexpr (B == 8)
+            transpose8x8_16(from, sb, to, ob);
+          else
+            transpose4x4_32(from, sb, to, ob);
+        }
+    }
+  }
+#endif
+  // What the vector blocks left: the right columns of the vector rows, then
+  // the bottom rows (all when there are none).
+  for (int64_t i = i0; i < iv; ++i)
+    for (int64_t j = jv; j < j1; ++j) out[i * cols + j] = src[i * s0 + j * s1];
+  for (int64_t j = j0; j < j1; ++j)
+    for (int64_t i = iv; i < i1; ++i) out[i * cols + j] = src[i * s0 + j * s1];
+}
+
 // out[...] = src[strided ...] over dims/strides (elements), row-major out.
-// The last two dims go in tiles of kTile rows when the last one is not
-// unit-stride (a transposed weight): each source cache line then serves
-// kTile outputs, and the kTile output rows being filled stay in cache.
+// The last two dims go in kTile x kTile blocks when the last one is not
+// unit-stride (a transposed weight): a block's source lines and output lines
+// (kTile of each) stay in L1 while it is copied, so each line is loaded once
+// and few pages are touched at a time (a row-at-a-time sweep of a column
+// touches every source row's page for each output row).
 template <typename E>
 void gather(const E* src, E* out, const int64_t* dims, const int64_t* strides, size_t rank) {
-  constexpr int64_t kTile = 16;
+  constexpr int64_t kTile = 64;
   if (rank == 0) {
     *out = *src;
   } else if (rank == 1) {
@@ -95,8 +181,8 @@ void gather(const E* src, E* out, const int64_t* dims, const int64_t* strides, s
     }
     for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
       const int64_t i1 = std::min(rows, i0 + kTile);
-      for (int64_t j = 0; j < cols; ++j)
-        for (int64_t i = i0; i < i1; ++i) out[i * cols + j] = src[i * s0 + j * s1];
+      for (int64_t j0 = 0; j0 < cols; j0 += kTile)
+        gather_block(src, out, cols, s0, s1, i0, i1, j0, std::min(cols, j0 + kTile));
     }
   } else {
     int64_t inner = 1;

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <unordered_set>
 
 #include "onnx/output_files.h"
@@ -94,16 +97,211 @@ class FileOut {
 
 constexpr size_t kKernelCopyMin = 64 << 10;  // below this a memory write is as cheap
 
+// The external data file, written with O_DIRECT where the file system takes
+// it: weights that pass through memory anyway (transposed or converted while
+// streamed) then go from our buffer to the disk without the kernel's copy
+// into the page cache, which costs as much as the transpose itself (measured:
+// copy_folio_from_iter was the top symbol of a LLaMA-7B-layout export,
+// bench/scale.md). Whole blocks at block-aligned offsets go direct; anything
+// else (the file's unaligned tail, a block after an unaligned kernel copy)
+// goes through the page cache, so the file's bytes and size are exact.
+// Tensors that lie contiguous in a file still go file-to-file
+// (copy_file_range). Where O_DIRECT is refused (tmpfs, ...) every write is
+// an ordinary pwrite.
+class DataOut {
+ public:
+  DataOut(int fd, std::string path) : path_(std::move(path)), fd_(fd) {
+    void* p = nullptr;
+    if (::posix_memalign(&p, kBlock, kBuf) != 0) throw Error("out of memory writing " + path_);
+    buf_.reset(static_cast<uint8_t*>(p));
+    flags_ = ::fcntl(fd_, F_GETFL);
+    can_direct_ = flags_ >= 0 && ::fcntl(fd_, F_SETFL, flags_ | O_DIRECT) == 0;
+    direct_on_ = can_direct_;
+  }
+  ~DataOut() {
+    try {
+      wait();
+    } catch (...) {  // the export is failing already; its error is the one reported
+    }
+  }
+  DataOut(const DataOut&) = delete;
+  DataOut& operator=(const DataOut&) = delete;
+  void put_big(const uint8_t* p, size_t n) {
+    while (n) {
+      size_t k = std::min(n, kBuf - used_);
+      std::memcpy(buf_.get() + used_, p, k);
+      used_ += k;
+      p += k;
+      n -= k;
+      if (used_ == kBuf) flush(false);
+    }
+  }
+  void zeros(size_t n) {
+    while (n) {
+      size_t k = std::min(n, kBuf - used_);
+      std::memset(buf_.get() + used_, 0, k);
+      used_ += k;
+      n -= k;
+      if (used_ == kBuf) flush(false);
+    }
+  }
+  // Copies n bytes of file `fd` at `off` in the kernel; false if it cannot.
+  bool copy_from(int fd, uint64_t off, size_t n) {
+    flush(true);
+    direct(false);
+    auto in_off = static_cast<loff_t>(off);
+    auto out_off = static_cast<loff_t>(file_off_);
+    size_t done = 0;
+    while (done < n) {
+      ssize_t w = ::copy_file_range(fd, &in_off, fd_, &out_off, n - done, 0);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        if (done == 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
+                          errno == EOPNOTSUPP || errno == EBADF))
+          return false;
+        throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
+      }
+      if (w == 0) throw Error("unexpected end of input while copying into '" + path_ + "'");
+      done += static_cast<size_t>(w);
+    }
+    file_off_ += n;
+    return true;
+  }
+  void finish() {
+    flush(true);
+    direct(false);
+    wait();
+  }
+  uint64_t written() const { return file_off_ + used_; }
+
+ private:
+  static constexpr size_t kBlock = 4096;
+  static constexpr size_t kBuf = 8 << 20;
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  // A full buffer at an aligned offset, once direct writes have worked:
+  // written by a helper thread while the caller fills the other buffer (the
+  // transposes and conversions overlap the disk).
+  bool write_behind() {
+    if (!proven_ || file_off_ % kBlock != 0 || used_ != kBuf) return false;
+    wait();
+    direct(true);
+    if (!direct_on_) return false;
+    if (!spare_) {
+      void* p = nullptr;
+      if (::posix_memalign(&p, kBlock, kBuf) != 0) return false;
+      spare_.reset(static_cast<uint8_t*>(p));
+    }
+    std::swap(buf_, spare_);
+    const uint64_t off = file_off_;
+    file_off_ += kBuf;
+    used_ = 0;
+    pending_ = std::async(std::launch::async, [this, p = spare_.get(), off] {
+      uint64_t at = off;
+      size_t n = kBuf;
+      const uint8_t* q = p;
+      while (n) {
+        ssize_t w = ::pwrite(fd_, q, n, static_cast<off_t>(at));
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
+        }
+        q += w;
+        at += static_cast<uint64_t>(w);
+        n -= static_cast<size_t>(w);
+      }
+    });
+    return true;
+  }
+  void wait() {
+    if (pending_.valid()) pending_.get();  // rethrows the helper's error
+  }
+  void direct(bool on) {
+    on = on && can_direct_;
+    if (on == direct_on_) return;
+    wait();
+    if (::fcntl(fd_, F_SETFL, on ? (flags_ | O_DIRECT) : (flags_ & ~O_DIRECT)) == 0)
+      direct_on_ = on;
+  }
+  // Writes the buffer: up to the next block boundary through the page cache
+  // (after an unaligned kernel copy), then whole blocks direct, then (`all`)
+  // the remainder through the page cache; what is left moves to the front.
+  void flush(bool all) {
+    if (!all && write_behind()) return;
+    size_t from = 0;
+    if (file_off_ % kBlock) {
+      from = std::min(used_, static_cast<size_t>(kBlock - file_off_ % kBlock));
+      direct(false);
+      write_at(buf_.get(), from);
+    }
+    // Whole blocks from `from`: their source must be block-aligned too.
+    size_t whole = (used_ - from) / kBlock * kBlock;
+    if (whole) {
+      if (from) std::memmove(buf_.get(), buf_.get() + from, used_ - from);
+      used_ -= from;
+      from = 0;
+      direct(true);
+      write_at(buf_.get(), whole);
+      from = whole;
+    }
+    if (all && used_ > from) {
+      direct(false);
+      write_at(buf_.get() + from, used_ - from);
+      from = used_;
+    }
+    std::memmove(buf_.get(), buf_.get() + from, used_ - from);
+    used_ -= from;
+  }
+  void write_at(const uint8_t* p, size_t n) {
+    wait();
+    while (n) {
+      ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(file_off_));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EINVAL && direct_on_) {  // refused after all: through the page cache
+          direct(false);
+          can_direct_ = false;
+          continue;
+        }
+        throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+      file_off_ += static_cast<uint64_t>(w);
+    }
+    if (direct_on_) proven_ = true;
+  }
+  std::string path_;
+  int fd_ = -1;
+  int flags_ = 0;
+  bool can_direct_ = false, direct_on_ = false, proven_ = false;
+  std::unique_ptr<uint8_t, Free> buf_, spare_;
+  std::future<void> pending_;
+  size_t used_ = 0;
+  uint64_t file_off_ = 0;
+};
+
 // Drops pages of a file-backed (read-only, private) mapping after reading
 // them, so streaming a large archive does not grow resident memory.
-void release_mapped(const TensorData& t) {
+void advise_mapped(const TensorData& t, int advice, bool inner) {
   auto span = strided_span_bytes(t.dims, t.strides, dtype_size(t.lazy() ? t.stored : t.dtype));
   if (!span || !*span) return;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  uintptr_t b = (reinterpret_cast<uintptr_t>(t.data) + page - 1) & ~(page - 1);
-  uintptr_t e = (reinterpret_cast<uintptr_t>(t.data) + *span) & ~(page - 1);
-  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+  const auto p = reinterpret_cast<uintptr_t>(t.data);
+  // DONTNEED only whole pages inside the tensor (its neighbours may be in
+  // use); WILLNEED every page it touches.
+  uintptr_t b = inner ? (p + page - 1) & ~(page - 1) : p & ~(page - 1);
+  uintptr_t e = inner ? (p + *span) & ~(page - 1) : (p + *span + page - 1) & ~(page - 1);
+  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, advice);
 }
+
+void release_mapped(const TensorData& t) { advise_mapped(t, MADV_DONTNEED, true); }
+
+// Asks the kernel to read a file-backed tensor ahead: a transposed copy reads
+// it column by column, which its fault-time readahead serves in small reads
+// from a cold cache.
+void prefetch_mapped(const TensorData& t) { advise_mapped(t, MADV_WILLNEED, false); }
 
 void tensor_header(Msg& m, const TensorData& t, const std::string& name) {
   for (auto d : t.dims) m.int_field(1, d);
@@ -390,11 +588,12 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   head.varint(graph_len);
 
   uint64_t total = result.weight_bytes, done = 0;
-  auto payload = [&](FileOut& out, const TensorData& t) {
+  auto payload = [&](auto& out, const TensorData& t) {
     const size_t n = t.nbytes();
     bool copied = false;
     if (t.is_contiguous() && t.src_fd >= 0 && n >= kKernelCopyMin && !t.lazy())
       copied = out.copy_from(t.src_fd, t.src_offset, n);
+    if (!copied && t.src_fd >= 0) prefetch_mapped(t);
     if (!copied && t.lazy()) {
       // Converted a few MiB at a time (TensorData::stored): never whole in memory.
       const int64_t rows = t.dims.empty() ? 1 : t.dims[0];
@@ -459,7 +658,7 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
     out.finish();
   }
   for (size_t f = 0; f < files.data_files(); ++f) {
-    FileOut out(files.data_fd(f), files.data_path(f));
+    DataOut out(files.data_fd(f), files.data_path(f));
     for (auto& p : plan) {
       if (!p.ext || p.file != f) continue;
       out.zeros(p.offset - out.written());

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "ir/builder.h"
 #include "opt/passes.h"
@@ -303,4 +305,61 @@ TEST(LazyWeights, StreamedRowsEqualMaterializedAndElementwise) {
         EXPECT_EQ(streamed[static_cast<size_t>(r * t.dims[1] + c)], want) << r << "," << c;
       }
   }
+}
+
+// convert_floats' vector path (F16C where the CPU has it) gives float_to_half's
+// results after the +-65504 clamp for every bfloat16 value (NaNs, infinities,
+// subnormals, the range edges) and for float32 values around float16's edges.
+TEST(ConvertFloats, EveryBFloat16AndFloatEdgesMatchScalar) {
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<uint16_t> got(all.size());
+  pt2onnx::convert_floats(reinterpret_cast<const uint8_t*>(all.data()), pt2onnx::DType::BFloat16,
+                          reinterpret_cast<uint8_t*>(got.data()), pt2onnx::DType::Float16,
+                          all.size());
+  auto reference = [](float f) {
+    if (std::isfinite(f)) f = std::clamp(f, -65504.0f, 65504.0f);
+    return pt2onnx::float_to_half(f);
+  };
+  for (size_t i = 0; i < all.size(); ++i)
+    ASSERT_EQ(got[i], reference(pt2onnx::bfloat16_to_float(all[i]))) << "bf16 bits " << i;
+
+  std::vector<float> f;
+  for (float base : {65504.0f, 65519.0f, 65520.0f, 1e-8f, 5.96e-8f, 2.98e-8f, 6.1e-5f, 1.0f})
+    for (int k = -40; k <= 40; ++k) {
+      f.push_back(std::nextafter(base, 0.0f) + static_cast<float>(k) * base * 1e-7f);
+      f.push_back(-f.back());
+    }
+  f.push_back(std::numeric_limits<float>::infinity());
+  f.push_back(-std::numeric_limits<float>::infinity());
+  f.push_back(std::numeric_limits<float>::quiet_NaN());
+  f.push_back(1e30f);
+  std::vector<uint16_t> h(f.size());
+  pt2onnx::convert_floats(reinterpret_cast<const uint8_t*>(f.data()), pt2onnx::DType::Float,
+                          reinterpret_cast<uint8_t*>(h.data()), pt2onnx::DType::Float16, f.size());
+  for (size_t i = 0; i < f.size(); ++i) ASSERT_EQ(h[i], reference(f[i])) << f[i];
+}
+
+// Transposed views (what fold_weight_transpose makes) copied out through the
+// vector blocks and their remainders equal an element-by-element copy, for
+// 2- and 4-byte elements and sizes that are not multiples of the blocks.
+TEST(StridedCopy, TransposedViewsMatchElementwise) {
+  for (size_t es : {2u, 4u})
+    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 1}, {7, 9}, {8, 8}, {64, 64}, {65, 130}, {200, 3}, {3, 200}}) {
+      std::vector<uint8_t> src(static_cast<size_t>(rows * cols) * es);
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + i / 7);
+      pt2onnx::TensorData t;
+      t.dtype = es == 2 ? pt2onnx::DType::Float16 : pt2onnx::DType::Float;
+      t.data = src.data();
+      t.dims = {rows, cols};
+      t.strides = {1, rows};  // the transpose of a [cols, rows] tensor
+      std::vector<uint8_t> got = t.contiguous_copy();
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+          ASSERT_EQ(std::memcmp(got.data() + static_cast<size_t>(i * cols + j) * es,
+                                src.data() + static_cast<size_t>(j * rows + i) * es, es),
+                    0)
+              << es << " " << rows << "x" << cols << " at " << i << "," << j;
+    }
 }

@@ -338,3 +338,30 @@ def test_sharded_external_data(tmp_path, reference):
 def test_bad_shard_sizes(tmp_path, bad):
     with pytest.raises(TypeError, match="external_data must be"):
         _export(_real(), tmp_path / "m.onnx", external_data=bad)
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float16])
+def test_large_weights_stream_intact(tmp_path, dtype):
+    """Weights large enough to fill the writer's 8 MiB buffers many times,
+    transposed and (float16) converted while streamed, some at offsets the
+    kernel copy leaves unaligned: every byte read back equals the weight."""
+    import onnx
+    from onnx import numpy_helper
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(1024, 3000), nn.ReLU(), nn.Linear(3000, 1000)).eval()
+    sd = {k: v.contiguous() for k, v in m.state_dict().items()}
+    sd["0.bias"] = torch.randn(3000)  # a 12000-byte tensor: the next starts after padding
+    m.load_state_dict(sd)
+    save_file(sd, tmp_path / "w.safetensors")
+    with pt2onnx.init_empty_weights():
+        empty = nn.Sequential(nn.Linear(1024, 3000), nn.ReLU(), nn.Linear(3000, 1000)).eval()
+    path = _out(tmp_path)
+    x = torch.randn(2, 5, 1024)
+    pt2onnx.export(empty, (x,), str(path), weights=tmp_path / "w.safetensors", dtype=dtype)
+    got = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(path)).graph.initializer}
+    want = {"0.weight.T": sd["0.weight"].T, "2.weight.T": sd["2.weight"].T,
+            "0.bias": sd["0.bias"], "2.bias": sd["2.bias"]}
+    for name, w in want.items():
+        w = w.numpy() if dtype is None else w.half().numpy()
+        np.testing.assert_array_equal(got[name], w, err_msg=name)
