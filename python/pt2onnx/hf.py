@@ -35,6 +35,7 @@ import torch
 
 from . import _export as _export_mod
 from . import _verify as _verify_mod
+from ._core import ConversionError
 from ._export import ExportResult, export
 
 TASKS = ("text-generation-with-past", "text-generation", "feature-extraction",
@@ -358,9 +359,18 @@ def export_pretrained(
     inputs = _TaskInputs(model, task)
     torch.manual_seed(0)
     example = inputs.make(2, 8, 4 if task == "text-generation-with-past" else 0)
-    result = export(model, (), f, kwargs=example, dynamic_shapes=inputs.dynamic_shapes(example),
-                    opset=opset, target=target, dtype=name, weights=source, verbose=verbose,
-                    external_data=external_data)
+    try:
+        result = export(model, (), f, kwargs=example,
+                        dynamic_shapes=inputs.dynamic_shapes(example), opset=opset,
+                        target=target, dtype=name, weights=source, verbose=verbose,
+                        external_data=external_data)
+    except ConversionError as e:
+        if source is None or "the weights do not fit the model" not in str(e):
+            raise
+        raise ConversionError(
+            f"{e}\n(transformers converts some checkpoints' tensors while loading them, e.g. "
+            "merging experts; weights='memory' / --weights memory loads the model with "
+            "from_pretrained first)") from None
     if verify:
         if source is not None:  # PyTorch needs the weights to run: only now loaded
             model = load_pretrained(path, task)
