@@ -540,6 +540,17 @@ void convert_floats_scalar(const uint8_t* src, DType from, uint8_t* dst, DType t
 }  // namespace
 
 void convert_floats(const uint8_t* src, DType from, uint8_t* dst, DType to, size_t n) {
+  if (from == DType::BFloat16 && to == DType::Float) {
+    // Exact: bfloat16 is float32's top half. A plain loop the compiler vectorizes
+    // (a bfloat16 checkpoint read as float32 goes through here).
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      const uint32_t bits = static_cast<uint32_t>(h) << 16;
+      std::memcpy(dst + 4 * i, &bits, 4);
+    }
+    return;
+  }
 #if defined(__x86_64__) && defined(__GNUC__)
   if (to == DType::Float16 && (from == DType::Float || from == DType::BFloat16) && has_f16c()) {
     // Vector groups, then the rest (and any group from a NaN on) in scalar code.

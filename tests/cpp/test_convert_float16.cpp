@@ -363,3 +363,20 @@ TEST(StridedCopy, TransposedViewsMatchElementwise) {
               << es << " " << rows << "x" << cols << " at " << i << "," << j;
     }
 }
+
+// bfloat16 -> float32 (a bfloat16 checkpoint read by a float32 model): every
+// value exact, NaN payloads included.
+TEST(ConvertFloats, EveryBFloat16ToFloatIsExact) {
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<uint32_t> got(all.size());
+  pt2onnx::convert_floats(reinterpret_cast<const uint8_t*>(all.data()), pt2onnx::DType::BFloat16,
+                          reinterpret_cast<uint8_t*>(got.data()), pt2onnx::DType::Float,
+                          all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    float f = pt2onnx::bfloat16_to_float(all[i]);
+    uint32_t want;
+    std::memcpy(&want, &f, 4);
+    ASSERT_EQ(got[i], want) << i;
+  }
+}
