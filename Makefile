@@ -7,7 +7,7 @@ APT_PACKAGES := libsimdjson-dev libgtest-dev clang-format time
 STAMP := build/.deps-stamp
 
 .PHONY: all deps deps-clang build python cpp demo test test-quick test-cpp test-python \
-        test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 zoo coverage format format-check \
+        test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 bench-nodes bench-scale bench-sizes zoo coverage format format-check \
         clean
 
 all: build
@@ -128,6 +128,30 @@ bench-latency: python bench-deps
 # .pt2 conversion against cp (~2 min; writes bench/results_pt2.md).
 bench-pt2: cpp
 	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) bench/pt2_convert.py
+# The C++ core's read / convert / optimize / write per node on generated .pt2 archives of ~5k to
+# ~200k nodes (one block exported by torch.export, its nodes repeated in the archive's JSON; kept
+# in /work/bench-node-data), peak RSS per node, linearity, perf + heaptrack profiles (~10 min;
+# writes bench/node_scaling.md, .json; not in CI). NODES_ARGS=--quick: 5k and 20k, to the data folder.
+NODES_ARGS ?= --profile
+bench-nodes: cpp
+	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) bench/node_scaling.py $(NODES_ARGS)
+# pt2onnx-pretrained on a Llama-2-7B-sized bfloat16 checkpoint (13.5 GB of random safetensors
+# shards under /work/bench-scale-data, deleted afterwards unless SCALE_ARGS=--keep-data) against
+# `cp` of its shards, cold page cache, and the float16 file loaded in onnxruntime (needs ~30 GB
+# of free disk; writes bench/scale.md, .json). SCALE_ARGS=--layers 2: a one-minute check.
+SCALE_ARGS ?= --repeats 2
+bench-scale: python
+	$(PYTHON) bench/scale.py $(SCALE_ARGS)
+# Export time and peak RSS against model size (issue 18 item 9): LLaMA checkpoints of 44M, 0.37B,
+# 1.3B, 3.4B and 6.7B parameters (bfloat16 safetensors under /work/bench-scale-data/size-sweep,
+# each deleted after its size; bench-scale's 7B checkpoint reused if kept) exported by
+# pt2onnx-pretrained (fake weights, and --weights memory), the .pt2 path, torch.onnx and
+# onnxruntime-genai's builder, whole processes, cold page cache, plus where pt2onnx-pretrained's
+# start-up goes (writes bench/size_sweep.md, .json, .png; ~1 h, ~45 GB of free disk; not in CI).
+# SWEEP_ARGS=--sizes 44M,0.37B --out bench/out/size_sweep: a few-minute check.
+SWEEP_ARGS ?=
+bench-sizes: python bench-deps
+	$(PYTHON) bench/size_sweep.py $(SWEEP_ARGS)
 
 # docs/coverage.md: OpInfo pass rates per opset / dtype / form beside
 # torch.onnx.export(dynamo=True), and every converted target (long).
