@@ -462,6 +462,7 @@ def instructions(archive, out):
         rest = re.sub(r" \[[^\[\]]*\]$", "", rest)  # the object file
         name = func_name(rest.split(":", 1)[1] if ":" in rest else rest)
         funcs[name] = max(funcs.get(name, 0), n)  # overloads: the larger
+    funcs = {k: v for k, v in funcs.items() if v >= 0.002 * total}  # 0.2% and above
     return {"total": total, "functions": funcs}
 
 
@@ -797,11 +798,13 @@ def write_report(res, path_md, path_json, cmdline):
                   f"{s} {c / 1e6:.1f} MB" for s, c in sorted(h["peak"]["by_stage"].items(),
                                                             key=lambda kv: -kv[1]) if c) + ".",
               "", "| allocation calls / node | optimize pass |", "|---|---|"]
-        L += [f"| {c / N:.2f} | `{name}` |" for name, c in h["allocations"]["by_pass"]]
+        L += [f"| {c / N:.2f} | `{name}` |" for name, c in h["allocations"]["by_pass"]
+              if c / N >= 0.01]
         L += ["", "| allocation calls / node | stage: innermost pt2onnx function |", "|---|---|"]
         L += [f"| {c / N:.2f} | `{name}` |" for name, c in h["allocations"]["by_leaf"]]
         L += ["", "| heap at peak (MB) | stage: innermost pt2onnx function |", "|---|---|"]
-        L += [f"| {c / 1e6:.1f} | `{name}` |" for name, c in h["peak"]["by_leaf"][:10] if c]
+        L += [f"| {c / 1e6:.1f} | `{name}` |" for name, c in h["peak"]["by_leaf"][:10]
+              if c >= 5e4]
         L += [""]
     L += [NOTES_MARKER]
     open(path_md, "w").write("\n".join(L) + (notes if notes else "\n"))
@@ -820,6 +823,8 @@ def main():
     ap.add_argument("--busy", action="store_true", help="mark the results as measured on a "
                     "busy machine")
     ap.add_argument("--no-verify", action="store_true")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json "
+                    "of the last run (no measurement)")
     ap.add_argument("--out", help="folder for node_scaling.md/.json (default bench/; with "
                     "--quick the data folder)")
     args = ap.parse_args()
@@ -830,6 +835,12 @@ def main():
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
 
+    if args.report_only:
+        dest = args.out or (DATA if args.quick else HERE)
+        path_json = os.path.join(dest, "node_scaling.json")
+        res = json.load(open(path_json))
+        write_report(res, os.path.join(dest, "node_scaling.md"), path_json, res["cmdline"])
+        return
     if not os.access(CLI, os.X_OK):
         raise SystemExit(f"no pt2onnx command at {CLI}: `make cpp` first")
     res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -895,6 +906,7 @@ def main():
                                    man["archives"][mid]["nodes"])
     dest = args.out or (DATA if args.quick else HERE)
     cmdline = "python bench/node_scaling.py " + " ".join(sys.argv[1:])
+    res["cmdline"] = cmdline.strip()
     write_report(res, os.path.join(dest, "node_scaling.md"),
                  os.path.join(dest, "node_scaling.json"), cmdline.strip())
     log(f"wrote {os.path.join(dest, 'node_scaling.md')}")
