@@ -21,6 +21,7 @@
 // (`<BN B>.bn_folded` when the Conv had no bias), not the weights' own
 // names: under `<weight>` values that differ from the state_dict's would
 // mislead tools that map initializers back to it by name.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -77,6 +78,12 @@ TensorData from_doubles(DType t, std::vector<int64_t> dims, const std::vector<do
 }  // namespace
 
 size_t fold_conv_batchnorm(Graph& g) {
+  // Most graphs have no batch norm: skip building the maps below (measured:
+  // 8 us per node on a 200k-node transformer graph, bench/node_scaling.md).
+  if (std::none_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) {
+        return n.op_type == "BatchNormalization" && n.domain.empty();
+      }))
+    return 0;
   std::unordered_map<std::string, size_t> init_index;
   for (size_t k = 0; k < g.initializers.size(); ++k) init_index[g.initializers[k].name] = k;
   // Readers of each value (node inputs, nested graphs' reads, graph outputs)
