@@ -10,6 +10,7 @@
 #include "pt2onnx/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -476,8 +477,14 @@ __attribute__((target("avx2,f16c"))) size_t to_half_f16c(const uint8_t* src, boo
   return i;
 }
 
+// AVX2 through the compiler's check (it includes the OS saving the YMM
+// registers); F16C from CPUID leaf 1 directly: clang 14's
+// __builtin_cpu_supports does not know "f16c".
 bool has_f16c() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+  }();
   return yes;
 }
 #endif
