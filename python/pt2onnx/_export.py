@@ -21,6 +21,7 @@ import torch
 
 from . import _core, _custom, _report, _training, _verify
 from ._capture_rules import capture_rules
+from ._serialize import serialize_program as _serialize
 from ._training import TrainingMode
 
 # export(target=...): what the written graph is made for (see export()).
@@ -678,74 +679,6 @@ def init_empty_weights():
         yield
     finally:
         torch.nn.Module.register_parameter = register
-
-
-def _serialize(ep: torch.export.ExportedProgram) -> bytes:
-    """The JSON torch.export.save writes as models/model.json (weights are not
-    serialized: the C++ core reads them in place).
-
-    torch's serializer calls canonicalize() on the result only to test that a
-    canonical form exists and discards what it returns; that self-test
-    deep-copies the whole program and was 60% of this stage (profiled on the
-    LLaMA benchmark models). It is skipped here; the JSON is unchanged, which
-    the tests check byte for byte against torch.export.save."""
-    from torch._export.serde import serialize as serde
-
-    kwargs = dict(serialize_state_dict=False, serialize_constants=False,
-                  serialize_example_inputs=False)
-    original = getattr(serde, "canonicalize", None)
-    if original is not None:
-        serde.canonicalize = lambda program, constants=None: program
-    saved_specs = _plain_output_specs(ep)
-    try:
-        return serde.serialize(ep, **kwargs).exported_program
-    finally:
-        for entry, spec in saved_specs:
-            entry.signature.out_spec = spec
-        if original is not None:
-            serde.canonicalize = original
-
-
-def _plain_output_specs(ep: torch.export.ExportedProgram):
-    """torch.return_types results (max, sort, topk, svd, ...) have no
-    serialization name, so torch's serializer refuses a program that returns
-    one. The converter only needs the flat outputs: their tree is written as
-    plain tuples. Returns (entry, original spec) pairs to restore afterwards."""
-    import torch.utils._pytree as pytree
-
-    def is_structseq(spec):
-        # torch.return_types, and namedtuples registered with no serialization
-        # name (torch's serializer refuses them): positional, as tuples.
-        t = spec.type
-        if isinstance(t, type) and t.__module__ == "torch.return_types":
-            return True
-        if t is not getattr(pytree, "namedtuple", None):
-            return False
-        node = pytree.SUPPORTED_SERIALIZED_TYPES.get(spec.context)
-        return node is None or node.serialized_type_name == pytree.NO_SERIALIZED_TYPE_NAME_FOUND
-
-    def kids(spec):
-        return list(spec.children()) if hasattr(spec, "children") else spec.children_specs
-
-    def plain(spec):
-        old = kids(spec)
-        children = [plain(c) for c in old]
-        if is_structseq(spec):
-            return pytree.TreeSpec(tuple, None, children)
-        if any(a is not b for a, b in zip(children, old)):
-            return pytree.TreeSpec(spec.type, spec.context, children)
-        return spec
-
-    saved = []
-    for entry in getattr(ep, "_module_call_graph", []):
-        sig = getattr(entry, "signature", None)
-        if sig is None or sig.out_spec is None:
-            continue
-        new = plain(sig.out_spec)
-        if new is not sig.out_spec:
-            saved.append((entry, sig.out_spec))
-            sig.out_spec = new
-    return saved
 
 
 def _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names, external_data,
