@@ -922,9 +922,9 @@ def export(
                          "check the file against a model loaded with its weights")
     if source is None:
         source = _WeightSource()
-    progress.total = sum(math.prod(v[3]) * torch.empty((), dtype=getattr(torch, v[2][6:])
-                                                       ).element_size()
-                         for v in weight_views if v[2].startswith("torch."))
+    if progress.on:  # bytes as captured (a dtype= conversion changes them; the line is a guide)
+        progress.total = sum(math.prod(v[3]) * getattr(torch, v[2][6:]).itemsize
+                             for v in weight_views if v[2].startswith("torch."))
 
     shard_bytes = 0
     if isinstance(external_data, str):  # "shards:2GB"

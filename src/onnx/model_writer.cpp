@@ -29,6 +29,45 @@ constexpr uint64_t kStridedChunk = 4ull << 20;      // strided views go out in p
 constexpr uint64_t kAlign = 4096;                   // external data offsets: page aligned for mmap
 constexpr uint64_t kProtoLimit = (2ull << 30) - 1;  // protobuf's 2 GiB message limit
 
+// Copies n bytes of `in_fd` at `in_off` to `out_fd` in the kernel
+// (copy_file_range: no pages pass through this process), at *out_off or, when
+// it is null, at the file's position. False if the kernel cannot do it here
+// (then nothing was copied and the caller writes from memory).
+bool kernel_copy(int in_fd, uint64_t in_off, int out_fd, loff_t* out_off, size_t n,
+                 const std::string& path) {
+  auto from = static_cast<loff_t>(in_off);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = ::copy_file_range(in_fd, &from, out_fd, out_off, n - done, 0);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (done == 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
+                        errno == EOPNOTSUPP || errno == EBADF))
+        return false;
+      throw Error("cannot write '" + path + "': " + std::strerror(errno));
+    }
+    if (w == 0) throw Error("unexpected end of input while copying into '" + path + "'");
+    done += static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// pwrite until all n bytes are out, advancing p, n and off as they go; 0, or
+// the errno that stopped it.
+int pwrite_all(int fd, const uint8_t*& p, size_t& n, uint64_t& off) {
+  while (n) {
+    ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+    off += static_cast<uint64_t>(w);
+  }
+  return 0;
+}
+
 // Buffered writer over a file descriptor it does not own (OutputFiles does);
 // large payloads bypass the buffer.
 class FileOut {
@@ -50,20 +89,7 @@ class FileOut {
   // copied and the caller writes from memory).
   bool copy_from(int fd, uint64_t off, size_t n) {
     flush();
-    auto in_off = static_cast<loff_t>(off);
-    size_t done = 0;
-    while (done < n) {
-      ssize_t w = ::copy_file_range(fd, &in_off, fd_, nullptr, n - done, 0);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        if (done == 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
-                          errno == EOPNOTSUPP || errno == EBADF))
-          return false;
-        throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
-      }
-      if (w == 0) throw Error("unexpected end of input while copying into '" + path_ + "'");
-      done += static_cast<size_t>(w);
-    }
+    if (!kernel_copy(fd, off, fd_, nullptr, n, path_)) return false;
     written_ += n;
     return true;
   }
@@ -149,21 +175,8 @@ class DataOut {
   bool copy_from(int fd, uint64_t off, size_t n) {
     flush(true);
     direct(false);
-    auto in_off = static_cast<loff_t>(off);
     auto out_off = static_cast<loff_t>(file_off_);
-    size_t done = 0;
-    while (done < n) {
-      ssize_t w = ::copy_file_range(fd, &in_off, fd_, &out_off, n - done, 0);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        if (done == 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
-                          errno == EOPNOTSUPP || errno == EBADF))
-          return false;
-        throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
-      }
-      if (w == 0) throw Error("unexpected end of input while copying into '" + path_ + "'");
-      done += static_cast<size_t>(w);
-    }
+    if (!kernel_copy(fd, off, fd_, &out_off, n, path_)) return false;
     file_off_ += n;
     return true;
   }
@@ -198,19 +211,11 @@ class DataOut {
     file_off_ += kBuf;
     used_ = 0;
     pending_ = std::async(std::launch::async, [this, p = spare_.get(), off] {
-      uint64_t at = off;
-      size_t n = kBuf;
       const uint8_t* q = p;
-      while (n) {
-        ssize_t w = ::pwrite(fd_, q, n, static_cast<off_t>(at));
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
-        }
-        q += w;
-        at += static_cast<uint64_t>(w);
-        n -= static_cast<size_t>(w);
-      }
+      size_t n = kBuf;
+      uint64_t at = off;
+      if (int e = pwrite_all(fd_, q, n, at))
+        throw Error("cannot write '" + path_ + "': " + std::strerror(e));
     });
     return true;
   }
@@ -255,20 +260,11 @@ class DataOut {
   }
   void write_at(const uint8_t* p, size_t n) {
     wait();
-    while (n) {
-      ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(file_off_));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EINVAL && direct_on_) {  // refused after all: through the page cache
-          direct(false);
-          can_direct_ = false;
-          continue;
-        }
-        throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-      file_off_ += static_cast<uint64_t>(w);
+    while (int e = pwrite_all(fd_, p, n, file_off_)) {
+      if (e != EINVAL || !direct_on_)
+        throw Error("cannot write '" + path_ + "': " + std::strerror(e));
+      direct(false);  // refused after all: through the page cache
+      can_direct_ = false;
     }
     if (direct_on_) proven_ = true;
   }

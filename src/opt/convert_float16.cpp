@@ -238,12 +238,6 @@ bool computes_norm_statistics(const Node& n) {
          op == "SimplifiedLayerNormalization";
 }
 
-uint16_t to_16(float f, DType to) {
-  if (to == DType::BFloat16) return float_to_bfloat16(f);
-  if (std::isfinite(f)) f = std::clamp(f, -65504.0f, 65504.0f);
-  return float_to_half(f);
-}
-
 // A float32 tensor's values in the target type (new owned bytes).
 TensorData convert_tensor(const TensorData& t, DType to) {
   std::vector<uint8_t> copy;
@@ -254,11 +248,7 @@ TensorData convert_tensor(const TensorData& t, DType to) {
   }
   size_t n = static_cast<size_t>(t.numel());
   std::vector<uint16_t> h(n);
-  for (size_t i = 0; i < n; ++i) {
-    float f;
-    std::memcpy(&f, p + 4 * i, 4);
-    h[i] = to_16(f, to);
-  }
+  convert_floats(p, DType::Float, reinterpret_cast<uint8_t*>(h.data()), to, n);
   return TensorData::from_vector(to, t.dims, h);
 }
 
