@@ -3,7 +3,7 @@
 PYTHON ?= python3
 JOBS ?= $(shell nproc)
 CPP_BUILD := build/cpp
-APT_PACKAGES := libsimdjson-dev libgtest-dev clang-format time
+APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time
 STAMP := build/.deps-stamp
 
 .PHONY: all deps deps-clang build python cpp demo test test-quick test-cpp test-python \

@@ -390,7 +390,7 @@ _WRAPPERS = {"main", "{anon}::run_convert", "pt2onnx::convert", "pt2onnx::{anon}
              "pt2onnx::convert_program_from", "__libc_start_call_main", "__libc_start_main_impl",
              "_start"}
 _ALLOC = re.compile(r"(operator new|operator delete|__GI___libc_(malloc|free)|_int_malloc|_int_free|"
-                    r"malloc_consolidate|unlink_chunk|cfree|malloc$)")
+                    r"malloc_consolidate|unlink_chunk|cfree|malloc$|^_?mi_\w+)")  # glibc, mimalloc
 
 
 def perf_self(archive, out, top=15):
@@ -468,13 +468,14 @@ def instructions(archive, out):
 
 def heap_profile(archive, out, nodes, top=15):
     """heaptrack: allocation calls and bytes live at the heap's peak, by stage, by pass (for
-    optimize) and by innermost pt2onnx function."""
+    optimize) and by innermost pt2onnx function. Run on the system-malloc build of the same
+    sources: heaptrack sees malloc through LD_PRELOAD, which a linked mimalloc bypasses."""
     base = os.path.join(DATA, "heaptrack")
     for f in os.listdir(DATA):
         if f.startswith("heaptrack."):
             os.remove(os.path.join(DATA, f))
-    subprocess.run(["heaptrack", "-o", base, CLI, archive, "-o", out, "-q"], check=True,
-                   capture_output=True)
+    subprocess.run(["heaptrack", "-o", base, system_malloc_cli(), archive, "-o", out, "-q"],
+                   check=True, capture_output=True)
     (f,) = [os.path.join(DATA, f) for f in os.listdir(DATA) if f.startswith("heaptrack.")]
     txt = subprocess.run(["heaptrack_print", "-f", f, "-p", "0", "-a", "0", "-T", "0"],
                          capture_output=True, text=True).stdout
@@ -521,22 +522,34 @@ def heap_profile(archive, out, nodes, top=15):
     return res
 
 
+def system_malloc_cli():
+    """The command built on the system's malloc (-DPT2ONNX_MIMALLOC=OFF, in build/cpp-sysmalloc),
+    for the allocator comparison; built here when missing or older than the sources."""
+    build = os.path.join(ROOT, "build", "cpp-sysmalloc")
+    subprocess.run(["cmake", "-S", ROOT, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                    "-DPT2ONNX_MIMALLOC=OFF"], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", build, "--target", "pt2onnx_cli", "-j",
+                    str(os.cpu_count())], check=True, capture_output=True)
+    return os.path.join(build, "pt2onnx")
+
+
 def malloc_variants(archives, out, runs=2):
-    """Stage times with glibc malloc's fast bins off (no malloc_consolidate) and with malloc's
-    memory on transparent huge pages (fewer TLB misses), beside the default, alternated: does
-    the allocator or the memory system make the per-node cost grow?"""
-    variants = {"default": None, "mxfast=0": "glibc.malloc.mxfast=0",
-                "hugetlb=1": "glibc.malloc.hugetlb=1"}
+    """Stage times of the command as built (mimalloc linked, CMakeLists.txt) beside the same
+    command on glibc's malloc, and glibc's malloc with its memory on transparent huge pages
+    (fewer TLB misses), alternated: how much of the per-node cost is the allocator?"""
+    sys_cli = system_malloc_cli()
+    variants = {"mimalloc (as built)": (CLI, None), "glibc": (sys_cli, None),
+                "glibc hugetlb=1": (sys_cli, "glibc.malloc.hugetlb=1")}
     res = {}
     for name, path in archives:
         res[name] = {v: [] for v in variants}
         for _ in range(runs):
-            for v, tun in variants.items():
+            for v, (cli, tun) in variants.items():
                 env = dict(os.environ)
                 env.pop("GLIBC_TUNABLES", None)
                 if tun:
                     env["GLIBC_TUNABLES"] = tun
-                r = subprocess.run([CLI, path, "-o", out, "-v"], capture_output=True, text=True,
+                r = subprocess.run([cli, path, "-o", out, "-v"], capture_output=True, text=True,
                                    env=env, check=True)
                 res[name][v].append({m[1]: float(m[2]) / 1e3 for m in re.finditer(
                     r"^\s+(\w+)\s+([\d.]+) ms$", r.stdout, re.M)})
@@ -716,9 +729,10 @@ def write_report(res, path_md, path_json, cmdline):
           + " KB/node).", ""]
     mv = res.get("malloc")
     if mv:
-        L += ["Allocator check: the same conversions with `GLIBC_TUNABLES=glibc.malloc.mxfast=0` "
-              "(fast bins off: no malloc_consolidate) and `glibc.malloc.hugetlb=1` (malloc's "
-              "memory on transparent huge pages: fewer TLB misses), medians of "
+        L += ["Allocator check: the command as built (mimalloc linked, CMakeLists.txt) beside "
+              "the same sources built with `-DPT2ONNX_MIMALLOC=OFF` (glibc's malloc), and that "
+              "build with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (malloc's memory on transparent "
+              "huge pages: fewer TLB misses), medians of "
               f"{res.get('malloc_runs', 2)} alternated runs, µs/node:", "",
               "| archive | malloc | read | convert | optimize | read+convert+optimize | write |",
               "|---|---|---|---|---|---|---|"]
@@ -787,6 +801,8 @@ def write_report(res, path_md, path_json, cmdline):
     if h:
         N = h["nodes"]
         L += [f"## Allocations: heaptrack on {os.path.basename(h['archive'])} ({N} nodes)", "",
+              "(the system-malloc build of the same sources: heaptrack cannot see a linked "
+              "mimalloc)", "",
               f"{h['alloc_calls']} calls to allocation functions "
               f"({int(h['alloc_calls']) / N:.0f} per node), {h['temporary']} temporary; peak heap "
               f"{h['peak_heap']} (heap bytes requested, touched or not), peak RSS under heaptrack "

@@ -1,5 +1,6 @@
 """The pt2onnx command (this issue: --version / --help, usage errors)."""
 
+import os
 import subprocess
 
 import pytest
@@ -15,7 +16,14 @@ def cli():
 
 def test_version_and_help(cli):
     v = subprocess.run([cli, "--version"], capture_output=True, text=True)
-    assert v.returncode == 0 and v.stdout.strip() == f"pt2onnx {pt2onnx.__version__}"
+    lines = v.stdout.splitlines()
+    assert v.returncode == 0 and lines[0] == f"pt2onnx {pt2onnx.__version__}"
+    # The command's allocator: mimalloc where `make deps` installed it (CMakeLists.txt).
+    if os.path.exists("/usr/include/mimalloc.h"):
+        assert lines[1].startswith("allocator: mimalloc ")
+        assert "libmimalloc" in subprocess.run(["ldd", cli], capture_output=True, text=True).stdout
+    else:
+        assert lines[1] == "allocator: system malloc"
     h = subprocess.run([cli, "--help"], capture_output=True, text=True)
     assert h.returncode == 0 and "usage: pt2onnx" in h.stdout
 
