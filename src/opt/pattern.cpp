@@ -5,30 +5,33 @@
 namespace pt2onnx {
 
 GraphIndex::GraphIndex(const Graph& g) : g_(g) {
-  for (size_t k = 0; k < g.initializers.size(); ++k) initializer_[g.initializers[k].name] = k;
+  values_.reserve(g.initializers.size() + 2 * g.nodes.size() + g.outputs.size());
+  for (size_t k = 0; k < g.initializers.size(); ++k)
+    values_[g.initializers[k].name].initializer = k;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const Node& n = g.nodes[k];
     for (auto& in : n.inputs) {
       if (in.empty()) continue;
-      ++readers_[in];
-      auto& c = consumers_[in];
-      if (c.empty() || c.back() != k) c.push_back(k);
+      Value& v = values_[in];
+      ++v.readers;
+      if (v.consumers.empty() || v.consumers.back() != k) v.consumers.push_back(k);
     }
     for (const Graph* s : subgraphs(n))
-      for (auto& v : outer_reads(*s)) ++readers_[v];
+      for (auto& v : outer_reads(*s)) ++values_[v].readers;
     for (auto& o : n.outputs)
-      if (!o.empty()) producer_[o] = k;
+      if (!o.empty()) values_[o].producer = k;
   }
   for (auto& o : g.outputs) {
-    ++readers_[o.name];
-    output_[o.name] = true;
+    Value& v = values_[o.name];
+    ++v.readers;
+    v.output = true;
   }
 }
 
 std::optional<size_t> GraphIndex::producer_index(const std::string& v) const {
-  auto it = producer_.find(v);
-  if (it == producer_.end()) return std::nullopt;
-  return it->second;
+  const Value* x = find(v);
+  if (!x || x->producer == kNone) return std::nullopt;
+  return x->producer;
 }
 
 const Node* GraphIndex::producer(const std::string& v) const {
@@ -42,20 +45,24 @@ const Node* GraphIndex::producer(const std::string& v, std::string_view op) cons
 }
 
 size_t GraphIndex::readers(const std::string& v) const {
-  auto it = readers_.find(v);
-  return it == readers_.end() ? 0 : it->second;
+  const Value* x = find(v);
+  return x ? x->readers : 0;
 }
 
-bool GraphIndex::is_graph_output(const std::string& v) const { return output_.count(v) > 0; }
+bool GraphIndex::is_graph_output(const std::string& v) const {
+  const Value* x = find(v);
+  return x && x->output;
+}
 
-std::vector<size_t> GraphIndex::consumers(const std::string& v) const {
-  auto it = consumers_.find(v);
-  return it == consumers_.end() ? std::vector<size_t>{} : it->second;
+const std::vector<size_t>& GraphIndex::consumers(const std::string& v) const {
+  static const std::vector<size_t> kNoConsumers;
+  const Value* x = find(v);
+  return x ? x->consumers : kNoConsumers;
 }
 
 const TensorData* GraphIndex::constant(const std::string& v) const {
-  auto it = initializer_.find(v);
-  return it == initializer_.end() ? nullptr : &g_.initializers[it->second].data;
+  const Value* x = find(v);
+  return x && x->initializer != kNone ? &g_.initializers[x->initializer].data : nullptr;
 }
 
 std::optional<double> GraphIndex::scalar(const std::string& v) const {

@@ -32,7 +32,7 @@ class GraphIndex {
   size_t readers(const std::string& v) const;
   bool is_graph_output(const std::string& v) const;
   // The nodes reading `v` as an input, in graph order (each node once).
-  std::vector<size_t> consumers(const std::string& v) const;
+  const std::vector<size_t>& consumers(const std::string& v) const;
 
   // The initializer named `v`, or nullptr.
   const TensorData* constant(const std::string& v) const;
@@ -47,12 +47,23 @@ class GraphIndex {
   const Graph& graph() const { return g_; }
 
  private:
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+  // Everything known of one value name, in one map: each name is hashed and
+  // copied once per build (five maps did it up to four times; every pass
+  // builds an index, bench/node_scaling.md).
+  struct Value {
+    size_t producer = kNone;
+    size_t initializer = kNone;
+    size_t readers = 0;
+    bool output = false;
+    std::vector<size_t> consumers;
+  };
+  const Value* find(const std::string& v) const {
+    auto it = values_.find(v);
+    return it == values_.end() ? nullptr : &it->second;
+  }
   const Graph& g_;
-  std::unordered_map<std::string, size_t> producer_;
-  std::unordered_map<std::string, size_t> readers_;
-  std::unordered_map<std::string, std::vector<size_t>> consumers_;
-  std::unordered_map<std::string, size_t> initializer_;
-  std::unordered_map<std::string, bool> output_;
+  std::unordered_map<std::string, Value> values_;
 };
 
 // True when `n` is the default-domain op `op` (any opset).

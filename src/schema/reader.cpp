@@ -16,20 +16,47 @@ using simdjson::dom::array;
 using simdjson::dom::element;
 using simdjson::dom::object;
 
+// A JSON path for messages ("$.graph_module.graph.nodes[3] (torch.ops.aten.add.Tensor)
+// .inputs[0].arg"), rendered only when a message needs it: each level lives on
+// the stack and points to its parent. Reading used to build every value's
+// path as a string on the way down, ~40 of the ~250 allocations per node
+// (bench/node_scaling.md). A Path must not outlive the one it extends.
+class Path {
+ public:
+  Path(const char* root) : a_(root) {}  // a literal is a root path
+  Path(const char* root, std::string_view name) : a_(root), b_(name) {}
+  Path(const Path& parent, std::string_view a, std::string_view b = {}, std::string_view c = {})
+      : parent_(&parent), a_(a), b_(b), c_(c) {}
+  Path(const Path& parent, std::string_view a, size_t index)
+      : parent_(&parent), a_(a), index_(index), indexed_(true) {}
+  std::string str() const {
+    std::string s = parent_ ? parent_->str() : std::string();
+    s.append(a_).append(b_).append(c_);
+    if (indexed_) s += "[" + std::to_string(index_) + "]";
+    return s;
+  }
+
+ private:
+  const Path* parent_ = nullptr;
+  std::string_view a_, b_, c_;
+  size_t index_ = 0;
+  bool indexed_ = false;
+};
+
 class Reader {
  public:
   explicit Reader(std::string source) : source_(std::move(source)) {}
 
-  [[noreturn]] void fail(const std::string& path, const std::string& why) const {
-    throw Error(source_ + ": " + path + ": " + why);
+  [[noreturn]] void fail(const Path& path, const std::string& why) const {
+    throw Error(source_ + ": " + path.str() + ": " + why);
   }
 
-  object obj(element e, const std::string& path) const {
+  object obj(element e, const Path& path) const {
     object o;
     if (e.get_object().get(o)) fail(path, "expected a JSON object, found " + type_name(e));
     return o;
   }
-  array arr(element e, const std::string& path) const {
+  array arr(element e, const Path& path) const {
     array a;
     if (e.get_array().get(a)) fail(path, "expected a JSON array, found " + type_name(e));
     return a;
@@ -40,17 +67,17 @@ class Reader {
     if (e.is_null()) return std::nullopt;
     return e;
   }
-  element req(object o, std::string_view key, const std::string& path) const {
+  element req(object o, std::string_view key, const Path& path) const {
     auto e = field(o, key);
     if (!e) fail(path, "missing field '" + std::string(key) + "'");
     return *e;
   }
-  std::string str(element e, const std::string& path) const {
+  std::string str(element e, const Path& path) const {
     std::string_view s;
     if (e.get_string().get(s)) fail(path, "expected a string, found " + type_name(e));
     return std::string(s);
   }
-  int64_t integer(element e, const std::string& path) const {
+  int64_t integer(element e, const Path& path) const {
     int64_t v;
     if (e.get_int64().get(v)) {
       uint64_t u;
@@ -61,13 +88,13 @@ class Reader {
     return v;
   }
   // Fields that are C ints (versions, argument kinds) must not wrap.
-  int int32(element e, const std::string& path) const {
+  int int32(element e, const Path& path) const {
     int64_t v = integer(e, path);
     if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
       fail(path, "integer " + std::to_string(v) + " out of range");
     return static_cast<int>(v);
   }
-  double number(element e, const std::string& path) const {
+  double number(element e, const Path& path) const {
     std::string_view s;
     if (!e.get_string().get(s)) {
       if (s == "Infinity") return std::numeric_limits<double>::infinity();
@@ -79,7 +106,7 @@ class Reader {
     if (e.get_double().get(d)) fail(path, "expected a number, found " + type_name(e));
     return d;
   }
-  bool boolean(element e, const std::string& path) const {
+  bool boolean(element e, const Path& path) const {
     bool b;
     if (e.get_bool().get(b)) fail(path, "expected a boolean, found " + type_name(e));
     return b;
@@ -112,7 +139,7 @@ class Reader {
     }
   }
   // A union is an object with exactly one key.
-  std::pair<std::string_view, element> union_of(element e, const std::string& path) const {
+  std::pair<std::string_view, element> union_of(element e, const Path& path) const {
     object o = obj(e, path);
     if (o.size() != 1)
       fail(path, "expected a single-key union object, found " + std::to_string(o.size()) + " keys");
@@ -120,22 +147,22 @@ class Reader {
     return {kv.key, kv.value};
   }
 
-  SymSize sym_size(element e, const std::string& path) const {
+  SymSize sym_size(element e, const Path& path) const {
     auto [k, v] = union_of(e, path);
     SymSize s;
     if (k == "as_int") {
-      s.value = integer(v, path + ".as_int");
+      s.value = integer(v, Path(path, ".as_int"));
     } else if (k == "as_expr") {
-      object o = obj(v, path + ".as_expr");
-      std::string es = str(req(o, "expr_str", path), path + ".as_expr.expr_str");
+      object o = obj(v, Path(path, ".as_expr"));
+      std::string es = str(req(o, "expr_str", path), Path(path, ".as_expr.expr_str"));
       try {
         s.expr = parse_sym_expr(es);
       } catch (const Error& err) {
-        fail(path + ".as_expr.expr_str", err.what());
+        fail(Path(path, ".as_expr.expr_str"), err.what());
       }
       if (auto h = field(o, "hint")) {
-        auto [hk, hv] = union_of(*h, path + ".as_expr.hint");
-        if (hk == "as_int") s.hint = integer(hv, path + ".as_expr.hint");
+        auto [hk, hv] = union_of(*h, Path(path, ".as_expr.hint"));
+        if (hk == "as_int") s.hint = integer(hv, Path(path, ".as_expr.hint"));
       }
     } else {
       fail(path, "unknown SymInt variant '" + std::string(k) + "'");
@@ -143,24 +170,24 @@ class Reader {
     return s;
   }
 
-  TensorMeta tensor_meta(element e, const std::string& path) const {
+  TensorMeta tensor_meta(element e, const Path& path) const {
     object o = obj(e, path);
     TensorMeta m;
-    m.scalar_type = integer(req(o, "dtype", path), path + ".dtype");
+    m.scalar_type = integer(req(o, "dtype", path), Path(path, ".dtype"));
     m.dtype = dtype_from_schema(m.scalar_type);
     if (m.dtype == DType::Undefined)
-      fail(path + ".dtype", "unsupported scalar type " + std::to_string(m.scalar_type));
+      fail(Path(path, ".dtype"), "unsupported scalar type " + std::to_string(m.scalar_type));
     size_t i = 0;
-    for (element d : arr(req(o, "sizes", path), path + ".sizes")) {
-      std::string dp = path + ".sizes[" + std::to_string(i++) + "]";
+    for (element d : arr(req(o, "sizes", path), Path(path, ".sizes"))) {
+      Path dp(path, ".sizes", i++);
       const SymSize& sz = m.sizes.emplace_back(sym_size(d, dp));
       int64_t known = sz.value ? *sz.value : sz.expr->is_integer() ? sz.expr->value : 0;
       if (known < 0) fail(dp, "negative size " + std::to_string(known));
     }
     if (auto st = field(o, "strides")) {
       i = 0;
-      for (element d : arr(*st, path + ".strides"))
-        m.strides.push_back(sym_size(d, path + ".strides[" + std::to_string(i++) + "]"));
+      for (element d : arr(*st, Path(path, ".strides")))
+        m.strides.push_back(sym_size(d, Path(path, ".strides", i++)));
     }
     if (auto so = field(o, "storage_offset"))
       m.storage_offset = sym_size(*so, path);
@@ -169,11 +196,11 @@ class Reader {
     return m;
   }
 
-  std::string tensor_name(element e, const std::string& path) const {
-    return str(req(obj(e, path), "name", path), path + ".name");
+  std::string tensor_name(element e, const Path& path) const {
+    return str(req(obj(e, path), "name", path), Path(path, ".name"));
   }
 
-  SymIntArg sym_int_arg(element e, const std::string& path) const {
+  SymIntArg sym_int_arg(element e, const Path& path) const {
     auto [k, v] = union_of(e, path);
     SymIntArg a;
     if (k == "as_int")
@@ -185,11 +212,11 @@ class Reader {
     return a;
   }
 
-  Argument argument(element e, const std::string& path) const {
+  Argument argument(element e, const Path& path) const {
     auto [k, v] = union_of(e, path);
     Argument a;
     a.variant = std::string(k);
-    std::string p = path + "." + a.variant;
+    Path p(path, ".", k);
     if (k == "as_none") {
       a.kind = ArgKind::None;
     } else if (k == "as_tensor") {
@@ -258,13 +285,13 @@ class Reader {
       a.i = integer(v, p);
     } else if (k == "as_device") {
       a.kind = ArgKind::Device;
-      a.s = str(req(obj(v, p), "type", p), p + ".type");
+      a.s = str(req(obj(v, p), "type", p), Path(p, ".type"));
     } else if (k == "as_graph") {
       a.kind = ArgKind::Graph;
       object go = obj(v, p);
-      if (auto nm = field(go, "name")) a.name = str(*nm, p + ".name");
+      if (auto nm = field(go, "name")) a.name = str(*nm, Path(p, ".name"));
       if (++depth_ > kMaxGraphDepth) fail(p, "subgraphs nested too deeply");
-      a.graph = std::make_shared<Graph>(graph(req(go, "graph", p), p + ".graph"));
+      a.graph = std::make_shared<Graph>(graph(req(go, "graph", p), Path(p, ".graph")));
       --depth_;
     } else if (k == "as_operator") {
       a.kind = ArgKind::Other;  // the op's target, e.g. torch.ops.aten.add.Tensor
@@ -277,30 +304,30 @@ class Reader {
     return a;
   }
 
-  Node node(element e, const std::string& path) const {
+  Node node(element e, const Path& path) const {
     object o = obj(e, path);
     Node n;
-    n.target = str(req(o, "target", path), path + ".target");
-    if (auto nm = field(o, "name")) n.name = str(*nm, path + ".name");
-    std::string where = path + " (" + n.target + ")";
+    n.target = str(req(o, "target", path), Path(path, ".target"));
+    if (auto nm = field(o, "name")) n.name = str(*nm, Path(path, ".name"));
+    Path where(path, " (", n.target, ")");
     size_t i = 0;
-    for (element in : arr(req(o, "inputs", where), where + ".inputs")) {
-      std::string p = where + ".inputs[" + std::to_string(i++) + "]";
+    for (element in : arr(req(o, "inputs", where), Path(where, ".inputs"))) {
+      Path p(where, ".inputs", i++);
       object io = obj(in, p);
       NamedArgument na;
-      na.name = str(req(io, "name", p), p + ".name");
-      na.arg = argument(req(io, "arg", p), p + ".arg");
-      if (auto kd = field(io, "kind")) na.kind = int32(*kd, p + ".kind");
+      na.name = str(req(io, "name", p), Path(p, ".name"));
+      na.arg = argument(req(io, "arg", p), Path(p, ".arg"));
+      if (auto kd = field(io, "kind")) na.kind = int32(*kd, Path(p, ".kind"));
       n.inputs.push_back(std::move(na));
     }
     i = 0;
-    for (element out : arr(req(o, "outputs", where), where + ".outputs"))
-      n.outputs.push_back(argument(out, where + ".outputs[" + std::to_string(i++) + "]"));
+    for (element out : arr(req(o, "outputs", where), Path(where, ".outputs")))
+      n.outputs.push_back(argument(out, Path(where, ".outputs", i++)));
     if (auto md = field(o, "metadata")) {
-      object mo = obj(*md, where + ".metadata");
-      if (auto st = field(mo, "stack_trace")) n.stack_trace = str(*st, where + ".stack_trace");
+      object mo = obj(*md, Path(where, ".metadata"));
+      if (auto st = field(mo, "stack_trace")) n.stack_trace = str(*st, Path(where, ".stack_trace"));
       if (auto ms = field(mo, "nn_module_stack"))
-        n.nn_module_stack = str(*ms, where + ".nn_module_stack");
+        n.nn_module_stack = str(*ms, Path(where, ".nn_module_stack"));
     }
     if (n.name.empty()) {
       // Older schemas have no node name: use the first output's name.
@@ -315,50 +342,49 @@ class Reader {
     return n;
   }
 
-  Graph graph(element e, const std::string& path) const {
+  Graph graph(element e, const Path& path) const {
     object o = obj(e, path);
     Graph g;
     size_t i = 0;
-    for (element a : arr(req(o, "inputs", path), path + ".inputs"))
-      g.inputs.push_back(argument(a, path + ".inputs[" + std::to_string(i++) + "]"));
+    for (element a : arr(req(o, "inputs", path), Path(path, ".inputs")))
+      g.inputs.push_back(argument(a, Path(path, ".inputs", i++)));
     i = 0;
-    for (element a : arr(req(o, "outputs", path), path + ".outputs"))
-      g.outputs.push_back(argument(a, path + ".outputs[" + std::to_string(i++) + "]"));
+    for (element a : arr(req(o, "outputs", path), Path(path, ".outputs")))
+      g.outputs.push_back(argument(a, Path(path, ".outputs", i++)));
     i = 0;
-    for (element n : arr(req(o, "nodes", path), path + ".nodes"))
-      g.nodes.push_back(node(n, path + ".nodes[" + std::to_string(i++) + "]"));
-    for (auto [k, v] : obj(req(o, "tensor_values", path), path + ".tensor_values"))
-      g.tensor_values.emplace(std::string(k),
-                              tensor_meta(v, path + ".tensor_values." + std::string(k)));
+    for (element n : arr(req(o, "nodes", path), Path(path, ".nodes")))
+      g.nodes.push_back(node(n, Path(path, ".nodes", i++)));
+    for (auto [k, v] : obj(req(o, "tensor_values", path), Path(path, ".tensor_values")))
+      g.tensor_values.emplace(std::string(k), tensor_meta(v, Path(path, ".tensor_values.", k)));
     if (auto sv = field(o, "sym_int_values"))
-      for (auto [k, v] : obj(*sv, path + ".sym_int_values"))
-        g.sym_int_values.emplace(std::string(k),
-                                 sym_size(v, path + ".sym_int_values." + std::string(k)));
+      for (auto [k, v] : obj(*sv, Path(path, ".sym_int_values")))
+        g.sym_int_values.emplace(std::string(k), sym_size(v, Path(path, ".sym_int_values.", k)));
     return g;
   }
 
-  void signature(element e, const std::string& path, Program& p) const {
+  void signature(element e, const Path& path, Program& p) const {
     object o = obj(e, path);
     size_t i = 0;
-    for (element s : arr(req(o, "input_specs", path), path + ".input_specs")) {
-      std::string sp = path + ".input_specs[" + std::to_string(i++) + "]";
+    for (element s : arr(req(o, "input_specs", path), Path(path, ".input_specs"))) {
+      Path sp(path, ".input_specs", i++);
       auto [k, v] = union_of(s, sp);
       object so = obj(v, sp);
       InputSpec in;
       if (k == "user_input") {
         in.kind = InputSpec::Kind::UserInput;
-        in.arg = argument(req(so, "arg", sp), sp + ".arg");
+        in.arg = argument(req(so, "arg", sp), Path(sp, ".arg"));
         in.arg_name = in.arg.name;
       } else if (k == "parameter" || k == "buffer" || k == "tensor_constant") {
         in.kind = k == "parameter" ? InputSpec::Kind::Parameter
                   : k == "buffer"  ? InputSpec::Kind::Buffer
                                    : InputSpec::Kind::TensorConstant;
-        in.arg_name = tensor_name(req(so, "arg", sp), sp + ".arg");
+        in.arg_name = tensor_name(req(so, "arg", sp), Path(sp, ".arg"));
         std::string_view tk = k == "parameter" ? "parameter_name"
                               : k == "buffer"  ? "buffer_name"
                                                : "tensor_constant_name";
-        in.target = str(req(so, tk, sp), sp + "." + std::string(tk));
-        if (auto pe = field(so, "persistent")) in.persistent = boolean(*pe, sp + ".persistent");
+        in.target = str(req(so, tk, sp), Path(sp, ".", tk));
+        if (auto pe = field(so, "persistent"))
+          in.persistent = boolean(*pe, Path(sp, ".persistent"));
       } else if (k == "custom_obj") {
         in.kind = InputSpec::Kind::CustomObj;
         in.arg_name = str(req(obj(req(so, "arg", sp), sp), "name", sp), sp);
@@ -367,16 +393,16 @@ class Reader {
         in.arg_name = str(req(obj(req(so, "arg", sp), sp), "name", sp), sp);
       } else if (k == "constant_input") {
         in.kind = InputSpec::Kind::ConstantInput;
-        in.arg_name = str(req(so, "name", sp), sp + ".name");
-        in.arg = argument(req(so, "value", sp), sp + ".value");
+        in.arg_name = str(req(so, "name", sp), Path(sp, ".name"));
+        in.arg = argument(req(so, "value", sp), Path(sp, ".value"));
       } else {
         fail(sp, "unknown input spec kind '" + std::string(k) + "'");
       }
       p.input_specs.push_back(std::move(in));
     }
     i = 0;
-    for (element s : arr(req(o, "output_specs", path), path + ".output_specs")) {
-      std::string sp = path + ".output_specs[" + std::to_string(i++) + "]";
+    for (element s : arr(req(o, "output_specs", path), Path(path, ".output_specs"))) {
+      Path sp(path, ".output_specs", i++);
       auto [k, v] = union_of(s, sp);
       object so = obj(v, sp);
       OutputSpec out;
@@ -400,10 +426,10 @@ class Reader {
       else
         fail(sp, "unknown output spec kind '" + std::string(k) + "'");
       if (out.kind == K::UserOutput) {
-        out.arg = argument(req(so, "arg", sp), sp + ".arg");
+        out.arg = argument(req(so, "arg", sp), Path(sp, ".arg"));
       } else {
         out.arg.kind = ArgKind::Tensor;
-        out.arg.name = tensor_name(req(so, "arg", sp), sp + ".arg");
+        out.arg.name = tensor_name(req(so, "arg", sp), Path(sp, ".arg"));
         for (std::string_view tk : {"buffer_name", "user_input_name", "parameter_name"})
           if (auto t = field(so, tk)) out.target = str(*t, sp);
       }
@@ -415,22 +441,25 @@ class Reader {
   // and the pytree specs of inputs and outputs (JSON strings holding JSON).
   void call_signature(element mcg, Program& p) const {
     size_t i = 0;
-    for (element e : arr(mcg, "$.graph_module.module_call_graph")) {
-      std::string ep = "$.graph_module.module_call_graph[" + std::to_string(i++) + "]";
+    const Path entries("$.graph_module.module_call_graph");
+    for (element e : arr(mcg, entries)) {
+      Path ep(entries, "", i++);
       object eo = obj(e, ep);
       auto fqn = field(eo, "fqn");
-      if (!fqn || !str(*fqn, ep + ".fqn").empty()) continue;
+      if (!fqn || !str(*fqn, Path(ep, ".fqn")).empty()) continue;
       auto sig = field(eo, "signature");
       if (!sig) return;
-      std::string sp = ep + ".signature";
+      Path sp(ep, ".signature");
       object so = obj(*sig, sp);
       if (auto names = field(so, "forward_arg_names"))
-        for (element n : arr(*names, sp + ".forward_arg_names"))
-          p.forward_arg_names.push_back(str(n, sp + ".forward_arg_names"));
+        for (element n : arr(*names, Path(sp, ".forward_arg_names")))
+          p.forward_arg_names.push_back(str(n, Path(sp, ".forward_arg_names")));
       if (auto in = field(so, "in_spec"))
-        p.in_spec = parse_treespec(str(*in, sp + ".in_spec"), source_ + ": " + sp + ".in_spec");
+        p.in_spec = parse_treespec(str(*in, Path(sp, ".in_spec")),
+                                   source_ + ": " + Path(sp, ".in_spec").str());
       if (auto out = field(so, "out_spec"))
-        p.out_spec = parse_treespec(str(*out, sp + ".out_spec"), source_ + ": " + sp + ".out_spec");
+        p.out_spec = parse_treespec(str(*out, Path(sp, ".out_spec")),
+                                    source_ + ": " + Path(sp, ".out_spec").str());
       return;
     }
   }
@@ -454,11 +483,11 @@ class Reader {
     if (auto mcg = field(gm, "module_call_graph")) call_signature(*mcg, p);
     if (auto rc = field(o, "range_constraints")) {
       for (auto [k, v] : obj(*rc, "$.range_constraints")) {
-        std::string rp = "$.range_constraints." + std::string(k);
+        Path rp("$.range_constraints.", k);
         object ro = obj(v, rp);
         RangeConstraint c;
-        if (auto mn = field(ro, "min_val")) c.min = integer(*mn, rp + ".min_val");
-        if (auto mx = field(ro, "max_val")) c.max = integer(*mx, rp + ".max_val");
+        if (auto mn = field(ro, "min_val")) c.min = integer(*mn, Path(rp, ".min_val"));
+        if (auto mx = field(ro, "max_val")) c.max = integer(*mx, Path(rp, ".max_val"));
         p.range_constraints.emplace(std::string(k), c);
       }
     }
@@ -573,13 +602,14 @@ std::vector<std::pair<std::string, PayloadEntry>> parse_payload_config(std::stri
   std::vector<std::pair<std::string, PayloadEntry>> out;
   simdjson::dom::object top = r.obj(root, "$");
   for (auto [fqn, v] : r.obj(r.req(top, "config", "$"), "$.config")) {
-    std::string p = "$.config." + std::string(fqn);
+    Path p("$.config.", fqn);
     simdjson::dom::object o = r.obj(v, p);
     PayloadEntry e;
-    e.path_name = r.str(r.req(o, "path_name", p), p + ".path_name");
-    if (auto x = r.field(o, "is_param")) e.is_param = r.boolean(*x, p + ".is_param");
-    if (auto x = r.field(o, "use_pickle")) e.use_pickle = r.boolean(*x, p + ".use_pickle");
-    if (auto x = r.field(o, "tensor_meta")) e.tensor_meta = r.tensor_meta(*x, p + ".tensor_meta");
+    e.path_name = r.str(r.req(o, "path_name", p), Path(p, ".path_name"));
+    if (auto x = r.field(o, "is_param")) e.is_param = r.boolean(*x, Path(p, ".is_param"));
+    if (auto x = r.field(o, "use_pickle")) e.use_pickle = r.boolean(*x, Path(p, ".use_pickle"));
+    if (auto x = r.field(o, "tensor_meta"))
+      e.tensor_meta = r.tensor_meta(*x, Path(p, ".tensor_meta"));
     out.emplace_back(std::string(fqn), std::move(e));
   }
   return out;

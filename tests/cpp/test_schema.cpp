@@ -262,3 +262,42 @@ TEST(SchemaReader, NumbersAreCheckedAndNamed) {
   EXPECT_NE(m.find("malformed JSON: Problem while parsing a number: - at byte"), std::string::npos)
       << m;
 }
+
+// Each malformed value is named by its full JSON path (rendered only when an
+// error is reported: reader.cpp's Path): list indices, the node's target,
+// map keys and union variants.
+TEST(SchemaReader, ErrorsNameTheFullPath) {
+  auto message = [](const std::string& from, const std::string& to) {
+    std::string json = program_json();
+    size_t at = json.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    json.replace(at, from.size(), to);
+    try {
+      parse_program(json, "m.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(message(R"("as_float": "Infinity")", R"("as_float": "inf")"),
+            "m.json: $.graph_module.graph.nodes[0] (torch.ops.aten.add.Tensor).inputs[2].arg"
+            ".as_float: expected a number, found string 'inf'");
+  EXPECT_EQ(message(R"("kind": 2)", R"("kind": 4294967296)"),
+            "m.json: $.graph_module.graph.nodes[0] (torch.ops.aten.add.Tensor).inputs[2].kind: "
+            "integer 4294967296 out of range");
+  EXPECT_EQ(message(R"({"as_int": 4}, {"as_int": 1}])", R"({"as_int": 4}, {"as_int": "1"}])"),
+            "m.json: $.graph_module.graph.tensor_values.x.strides[1].as_int: expected an "
+            "integer, found a string");
+  EXPECT_EQ(message(R"("sizes": [{"as_int": 4}])", R"("sizes": [{"as_int": -4}])"),
+            "m.json: $.graph_module.graph.tensor_values.p_w.sizes[0]: negative size -4");
+  EXPECT_EQ(message(R"("parameter_name": "w")", R"("parameter_name": 3)"),
+            "m.json: $.graph_module.signature.input_specs[0].parameter_name: expected a "
+            "string, found a number");
+  EXPECT_EQ(message(R"({"min_val": 2, )", R"({"min_val": "2", )"),
+            "m.json: $.range_constraints.s0.min_val: expected an integer, found a string");
+  EXPECT_EQ(message(R"("outputs": [{"as_tensor": {"name": "add"}}],
+      "nodes")",
+                    R"("outputs": [7],
+      "nodes")"),
+            "m.json: $.graph_module.graph.outputs[0]: expected a JSON object, found a number");
+}
