@@ -33,8 +33,17 @@ void GraphBuilder::set_origin(std::string fx_node, std::string fx_target, std::s
 }
 
 std::string GraphBuilder::node_name(const std::string& op) {
+  // Node names are unique among nodes only (ONNX keeps them apart from value
+  // names), so they have a set of their own: smaller sets, and no prefixed
+  // copy of each name (fresh_name was ~28% of convert on a 200k-node graph).
   std::string base = fx_node_.empty() ? op : fx_node_ + "/" + op;
-  return fresh_name("node:" + base).substr(5);
+  if (node_names_.insert(base).second) return base;
+  int& k = node_counter_[base];
+  std::string n;
+  do {
+    n = base + "__" + std::to_string(k++);
+  } while (!node_names_.insert(n).second);
+  return n;
 }
 
 std::vector<std::string> GraphBuilder::add_node(const std::string& op,

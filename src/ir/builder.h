@@ -101,6 +101,8 @@ class GraphBuilder {
   std::unordered_map<std::string, size_t> initializer_index_;
   std::map<std::string, std::string> const_cache_;  // content key -> name
   std::unordered_map<std::string, int> name_counter_;
+  std::unordered_set<std::string> node_names_;  // node_name()'s namespace
+  std::unordered_map<std::string, int> node_counter_;
   std::string fx_node_, fx_target_, module_path_;
   std::shared_ptr<const std::string> module_stack_;
   int node_seq_ = 0;
