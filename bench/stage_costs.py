@@ -115,8 +115,9 @@ def main(models):
            "model, after the warm-up: the ~85-100 MB peak extra every exporter shows in "
            "results.md is mostly first use of torch.export (imports, lazy init).", "",
            "Serialize after also skips, since 2026-11-26, the graph listing torch builds for a "
-           "debug log line that is off, and does `_Union.create` and the dataclass-to-dict walk "
-           "with each class's field names looked up once (python/pt2onnx/_serialize.py; same "
+           "debug log line that is off, does `_Union.create` and the dataclass-to-dict walk "
+           "with each class's field names looked up once, and prints each symbolic size "
+           "expression once (python/pt2onnx/_serialize.py; same "
            "bytes, checked on every program the test suite exports). `after capture` = "
            "(serialize after + read + convert + optimize) / capture, issue 18 item 5's "
            "measure (target <= 5%; the write of weight bytes excluded). `capture, no fake "
@@ -129,7 +130,7 @@ def main(models):
            "saves on others; pt2onnx keeps torch's default. resnet50's optimize is almost all "
            "fold_conv_batchnorm computing the folded convolution weights (94 MB of float32, "
            "most of it first-touch page faults of the new buffers): work on weight bytes, like "
-           "the write; without it its `after capture` is about 6%.", "",
+           "the write; without it its `after capture` is about 5.4%.", "",
            "| model | capture (s) | capture, no fake cache (s) | capture extra (MB) | "
            "run_decompositions (s) | serialize before (s) | serialize after (s) | read | convert "
            "| optimize | after capture | write (s) |",

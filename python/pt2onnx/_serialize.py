@@ -14,9 +14,11 @@ bench/stage_costs.py), its time went to:
   `dataclasses.fields()` walk plus a `__post_init__` that checks the same
   class's field names again;
 - `_dataclass_to_dict`: `is_dataclass` and `fields()` per object while the
-  tree becomes dicts for json.dumps.
-Here the first three are skipped or done once per class, and the last is a
-walk that looks up each class's field names once. What torch's code decides
+  tree becomes dicts for json.dumps;
+- `_print_sympy`: sympy's srepr of every symbolic size and stride, though a
+  program has a handful of distinct expressions.
+Here the listing is skipped, `_Union.create` and the dict walk look up each
+class's field names once, and each distinct expression is printed once. What torch's code decides
 (which nodes, arguments, names, expressions) is untouched: the output is the
 same bytes, checked against torch's own serializer on every program the test
 suite exports (tests/python/conftest.py) and by the .pt2-vs-memory tests."""
@@ -79,6 +81,8 @@ def _fast_serializer(serde, ep):
             _torch_union_create = _Union.__dict__["create"].__func__
             stack.enter_context(_patched(_Union, "create", classmethod(_union_create)))
         stack.enter_context(_patched(serde, "_to_json_bytes", _to_json_bytes))
+        if "_print_sympy" in serde.__dict__:
+            stack.enter_context(_patched(serde, "_print_sympy", _sympy_printer(serde._print_sympy)))
         if not serde.log.isEnabledFor(logging.DEBUG):
             # Only this program's graph modules, only while it serializes.
             graphs = [m for m in ep.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
@@ -86,6 +90,25 @@ def _fast_serializer(serde, ep):
                 object.__setattr__(gm, "print_readable", _no_listing)
             stack.callback(_restore_listings, graphs)
         yield
+
+
+def _sympy_printer(torch_print):
+    """torch's `_print_sympy` (sympy's srepr of a size's expression) once per
+    expression object of this program: the same few symbols fill every
+    tensor's sizes and strides, and sympy hands out one object per expression
+    (its cache), so most sizes are the same objects. Keyed by identity, not
+    equality (equal sympy numbers can print differently), each object kept
+    alive while its id is a key."""
+    printed: dict = {}
+
+    def print_sympy(s):
+        expr = s.node.expr if isinstance(s, (torch.SymInt, torch.SymBool, torch.SymFloat)) else s
+        hit = printed.get(id(expr))
+        if hit is None:
+            hit = printed[id(expr)] = (expr, torch_print(s))
+        return hit[1]
+
+    return print_sympy
 
 
 def _no_listing(*args, **kwargs):

@@ -45,9 +45,13 @@ def test_patches_are_undone():
     from torch._export.serde.union import _Union
 
     ep = _program()
-    before = (serde.canonicalize, serde._to_json_bytes, _Union.__dict__["create"])
+    def state():
+        return (serde.canonicalize, serde._to_json_bytes, serde._print_sympy,
+                _Union.__dict__["create"])
+
+    before = state()
     serialize_program(ep)
-    assert (serde.canonicalize, serde._to_json_bytes, _Union.__dict__["create"]) == before
+    assert state() == before
     assert "print_readable" not in ep.graph_module.__dict__
     assert "def forward" in ep.graph_module.print_readable(print_output=False)
 
