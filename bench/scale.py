@@ -360,6 +360,18 @@ def fmt(x, spec):
     return "—" if x is None else format(x, spec)
 
 
+def measured_line(res) -> str:
+    """The report's "Measured <when> on <machine> ..., by `<command>`." line
+    (bench/size_sweep.py's report uses it too)."""
+    m = res["machine"]
+    return (f"Measured {res['date']} on {m['host']} ({m['nproc']} cores, {m['cpu']}, "
+            f"{m['ram_gib']:.1f} GiB RAM, Linux {m['kernel']}; Python {m['python']}, "
+            + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
+            + f"), pt2onnx at {m['commit']}"
+            + (" with uncommitted changes" if m["uncommitted_changes"] else "")
+            + f", by `{res['command']}`.")
+
+
 def write_report(res: dict, prefix: str) -> None:
     with open(prefix + ".json", "w") as f:
         json.dump(res, f, indent=2)
@@ -373,12 +385,7 @@ def write_report(res: dict, prefix: str) -> None:
         (f" ({ck['layers']}-layer cut: a check of the benchmark, not the measurement)"
          if cut else ""),
         "",
-        f"Measured {res['date']} on {m['host']} ({m['nproc']} cores, {m['cpu']}, "
-        f"{m['ram_gib']:.1f} GiB RAM, Linux {m['kernel']}; Python {m['python']}, "
-        + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
-        + f"), pt2onnx at {m['commit']}"
-        + (" with uncommitted changes" if m["uncommitted_changes"] else "")
-        + f", by `{res['command']}`.",
+        measured_line(res),
         "",
         f"Checkpoint: LlamaConfig with Llama-2-7B's dimensions, {ck['layers']} layers, "
         f"{ck['parameters'] / 1e9:.2f} B parameters in bfloat16, {ck['shards']} safetensors "

@@ -649,12 +649,7 @@ def write_report(res: dict, prefix: str) -> None:
     lines = [
         "# Export time and peak RSS against model size (issue 18, item 9)",
         "",
-        f"Measured {res['date']} on {m['host']} ({m['nproc']} cores, {m['cpu']}, "
-        f"{m['ram_gib']:.1f} GiB RAM, Linux {m['kernel']}; Python {m['python']}, "
-        + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
-        + f"), pt2onnx at {m['commit']}"
-        + (" with uncommitted changes" if m["uncommitted_changes"] else "")
-        + f", by `{res['command']}`.",
+        scale.measured_line(res),
         "",
     ]
     if res.get("busy"):

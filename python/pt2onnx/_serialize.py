@@ -18,10 +18,11 @@ bench/stage_costs.py), its time went to:
 - `_print_sympy`: sympy's srepr of every symbolic size and stride, though a
   program has a handful of distinct expressions.
 Here the listing is skipped, `_Union.create` and the dict walk look up each
-class's field names once, and each distinct expression is printed once. What torch's code decides
+class's field names once, and each distinct expression is printed once.
+What torch's code decides
 (which nodes, arguments, names, expressions) is untouched: the output is the
 same bytes, checked against torch's own serializer on every program the test
-suite exports (tests/python/conftest.py) and by the .pt2-vs-memory tests."""
+suite exports (tests/conftest.py) and by the .pt2-vs-memory tests."""
 
 from __future__ import annotations
 
@@ -77,9 +78,9 @@ def _fast_serializer(serde, ep):
 
     with contextlib.ExitStack() as stack:
         if "create" in _Union.__dict__:
-            global _torch_union_create
-            _torch_union_create = _Union.__dict__["create"].__func__
-            stack.enter_context(_patched(_Union, "create", classmethod(_union_create)))
+            torch_create = _Union.__dict__["create"].__func__
+            stack.enter_context(_patched(_Union, "create",
+                                         classmethod(_union_creator(torch_create))))
         stack.enter_context(_patched(serde, "_to_json_bytes", _to_json_bytes))
         if "_print_sympy" in serde.__dict__:
             stack.enter_context(_patched(serde, "_print_sympy", _sympy_printer(serde._print_sympy)))
@@ -125,29 +126,31 @@ def _restore_listings(graphs):
 # a class goes through torch's own create (its field-name check runs there).
 _UNION_NONES: dict = {}
 _UNION_TAGS: dict = {}
-_torch_union_create = None  # torch's _Union.create, kept while ours stands in
 
 
-def _union_create(cls, **kwargs):
+def _union_creator(torch_create):
     from torch._export.serde.union import _UnionTag
 
-    nones = _UNION_NONES.get(cls)
-    if nones is None or len(kwargs) != 1:
-        obj = _torch_union_create(cls, **kwargs)  # torch's, for its checks
-        _UNION_NONES.setdefault(cls, {f.name: None for f in dataclasses.fields(cls)})
+    def create(cls, **kwargs):
+        nones = _UNION_NONES.get(cls)
+        if nones is None or len(kwargs) != 1:
+            obj = torch_create(cls, **kwargs)  # torch's, for its checks
+            _UNION_NONES.setdefault(cls, {f.name: None for f in dataclasses.fields(cls)})
+            return obj
+        ((name, value),) = kwargs.items()
+        tag = _UNION_TAGS.get((cls, name))
+        if tag is None:
+            if name not in nones:
+                return torch_create(cls, **kwargs)  # torch's error
+            tag = _UNION_TAGS[(cls, name)] = _UnionTag.create(name, cls)
+        obj = object.__new__(cls)
+        d = obj.__dict__
+        d.update(nones)
+        d[name] = value
+        d["_type"] = tag
         return obj
-    ((name, value),) = kwargs.items()
-    tag = _UNION_TAGS.get((cls, name))
-    if tag is None:
-        if name not in nones:
-            return _torch_union_create(cls, **kwargs)  # torch's error
-        tag = _UNION_TAGS[(cls, name)] = _UnionTag.create(name, cls)
-    obj = object.__new__(cls)
-    d = obj.__dict__
-    d.update(nones)
-    d[name] = value
-    d["_type"] = tag
-    return obj
+
+    return create
 
 
 def _to_json_bytes(obj) -> bytes:
@@ -167,7 +170,7 @@ def _plain(obj):
     t = type(obj)
     kind = _KIND.get(t)
     if kind is None:
-        kind = _KIND[t] = _kind_of(t, obj)
+        kind = _KIND[t] = _kind_of(obj)
     if kind.__class__ is tuple:  # a dataclass: its field names (the commonest)
         return {name: _plain(_getattr(obj, name)) for name in kind}
     if kind == _PASS:
@@ -191,7 +194,7 @@ def _plain(obj):
 _PASS, _UNION, _LIST, _FLOAT, _DICT, _TUPLE = range(6)
 
 
-def _kind_of(t, obj):
+def _kind_of(obj):
     from torch._export.serde.union import _Union
 
     # Subclasses (IntEnum is an int, a union tag a str) go by what torch's
@@ -209,8 +212,6 @@ def _kind_of(t, obj):
     if isinstance(obj, float):
         return _FLOAT
     return _PASS
-
-
 
 
 def _plain_output_specs(ep: torch.export.ExportedProgram):

@@ -29,6 +29,7 @@
 #include <unordered_set>
 
 #include "opt/passes.h"
+#include "opt/pattern.h"
 
 namespace pt2onnx {
 
@@ -80,9 +81,8 @@ TensorData from_doubles(DType t, std::vector<int64_t> dims, const std::vector<do
 size_t fold_conv_batchnorm(Graph& g) {
   // Most graphs have no batch norm: skip building the maps below (measured:
   // 8 us per node on a 200k-node transformer graph, bench/node_scaling.md).
-  if (std::none_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) {
-        return n.op_type == "BatchNormalization" && n.domain.empty();
-      }))
+  if (std::none_of(g.nodes.begin(), g.nodes.end(),
+                   [](const Node& n) { return is_op(&n, "BatchNormalization"); }))
     return 0;
   std::unordered_map<std::string, size_t> init_index;
   for (size_t k = 0; k < g.initializers.size(); ++k) init_index[g.initializers[k].name] = k;
