@@ -1,28 +1,81 @@
 """Applies to every test directory: each program the suite exports in this
-process is serialized both ways, pt2onnx's fast path and torch's serializer
-as it ships (less the discarded canonicalize()), and the JSON must be the
-same bytes (python/pt2onnx/_serialize.py)."""
+process goes to the C++ core both ways, and the ONNX files must be the same
+bytes (issue 18 item 5). The export path hands over torch's serializer's
+dataclass tree, read in place by the C++ reader (with pt2onnx's faster
+serializer, python/pt2onnx/_serialize.py); the reference is the JSON of
+torch's serializer as it ships (less the discarded canonicalize()), read by
+the JSON reader as a .pt2 archive's is. A conversion that fails one way must
+fail the other way with the same message."""
+
+import os
+import shutil
+import tempfile
+import weakref
 
 import pytest
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _serializer_checked_against_torch():
-    from pt2onnx import _export, _serialize
+def _hand_off_checked_against_torch_json():
+    from pt2onnx import _core, _export, _serialize
 
-    def serialize(ep):
-        out = _serialize.serialize_program(ep)
-        ref = _serialize.serialize_program(ep, fast=False)
-        if out != ref:
-            at = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), min(len(out), len(ref)))
-            raise AssertionError("pt2onnx's serializer differs from torch's at byte "
-                                 f"{at}: ...{out[max(0, at - 80):at + 80]!r} vs "
-                                 f"...{ref[max(0, at - 80):at + 80]!r}")
-        return out
+    reference = {}  # id(tree) -> torch's JSON of the same program
 
-    original = _export._serialize
-    _export._serialize = serialize
+    def program(ep):
+        tree = _serialize.program_tree(ep)
+        reference[id(tree)] = _serialize.serialize_program(ep, fast=False)
+        weakref.finalize(tree, reference.pop, id(tree), None)
+        return tree
+
+    def same_error(a, b):
+        norm = str(a).replace("ExportedProgram JSON", "ExportedProgram")
+        if norm != str(b).replace("ExportedProgram JSON", "ExportedProgram"):
+            raise AssertionError(f"the two routes fail differently:\n{a}\nvs JSON:\n{b}")
+
+    def convert(program, weights, output_path, *args, **kwargs):
+        ref_json = None if isinstance(program, bytes) else reference.get(id(program))
+        if ref_json is None:  # JSON given by a test, or a program made elsewhere
+            return original_convert(program, weights, output_path, *args, **kwargs)
+        with tempfile.TemporaryDirectory(prefix="pt2onnx-ref-") as d:
+            # The reference directory starts as the output's does: a model
+            # written over an earlier one names its data file anew.
+            base = os.path.basename(output_path)
+            out_dir = os.path.dirname(os.path.abspath(output_path))
+            if os.path.isdir(out_dir):
+                for name in os.listdir(out_dir):
+                    if name.startswith(base) and os.path.isfile(os.path.join(out_dir, name)):
+                        shutil.copy2(os.path.join(out_dir, name), os.path.join(d, name))
+            ref_path = os.path.join(d, base)
+            ref_kwargs = dict(kwargs, progress=None)
+            try:
+                r = original_convert(program, weights, output_path, *args, **kwargs)
+            except _core.ConversionError as e:
+                try:  # to the same path: a failure to write it must recur
+                    ref = original_convert(ref_json, weights, output_path, *args, **ref_kwargs)
+                except _core.ConversionError as ref_e:
+                    same_error(e, ref_e)
+                    raise e from None
+                for f in [ref["model_path"], *ref["data_paths"]]:
+                    os.remove(f)
+                raise AssertionError(f"only the direct hand-off failed: {e}") from e
+            ref = original_convert(ref_json, weights, ref_path, *args, **ref_kwargs)
+            files = [r["model_path"], *r["data_paths"]]
+            ref_files = [ref["model_path"], *ref["data_paths"]]
+            assert [os.path.basename(f) for f in files] == [os.path.basename(f) for f in ref_files]
+            for a, b in zip(files, ref_files):
+                with open(a, "rb") as fa, open(b, "rb") as fb:
+                    da, db = fa.read(), fb.read()
+                if da != db:
+                    at = next((i for i, (x, y) in enumerate(zip(da, db)) if x != y),
+                              min(len(da), len(db)))
+                    raise AssertionError(
+                        f"{os.path.basename(a)}: the direct hand-off and torch's JSON give "
+                        f"different bytes from byte {at} ({len(da)} vs {len(db)} bytes)")
+        return r
+
+    original_program, original_convert = _export._program, _core.convert
+    _export._program, _core.convert = program, convert
     try:
         yield
     finally:
-        _export._serialize = original
+        _export._program, _core.convert = original_program, original_convert

@@ -21,7 +21,7 @@ import torch
 
 from . import _core, _custom, _report, _training, _verify
 from ._capture_rules import capture_rules
-from ._serialize import serialize_program as _serialize
+from ._serialize import program_tree as _program
 from ._training import TrainingMode
 
 # export(target=...): what the written graph is made for (see export()).
@@ -904,9 +904,9 @@ def export(
                     strict)
         t1 = time.perf_counter()
         progress("serializing")
-        program_json = _serialize(ep)
+        program = _program(ep)
         if _state is not None:
-            _state.update(program_json=program_json, opset=opset,
+            _state.update(program=program, opset=opset,
                           custom_functions=custom_functions)
         weight_views, keep_alive = _weight_views(ep)
         t2 = time.perf_counter()
@@ -942,7 +942,7 @@ def export(
         path = os.fspath(f)
     try:
         r = _core.convert(
-            program_json,
+            program,
             weight_views,
             path,
             opset,
@@ -1044,5 +1044,5 @@ def unconvertible_ops(
         with _CAPTURE_LOCK:
             ep = _capture(model, args, kwargs, dynamic_shapes, None, None, None, strict)[0]
     with _CAPTURE_LOCK:
-        program_json = _serialize(ep)
-    return list(_core.unsupported_ops(program_json, opset, custom_functions))
+        program = _program(ep)
+    return list(_core.unsupported_ops(program, opset, custom_functions))

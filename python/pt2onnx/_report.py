@@ -88,8 +88,8 @@ def around(export, call: dict[str, Any], path: str | os.PathLike):
         result = export(**call, _state=state)
     except Exception as e:
         unsupported = None
-        if "program_json" in state:
-            unsupported = list(_core.unsupported_ops(state["program_json"], state["opset"],
+        if "program" in state:
+            unsupported = list(_core.unsupported_ops(state["program"], state["opset"],
                                                       state.get("custom_functions", [])))
         write(path, model=call["model"], opset=state.get("opset", call["opset"]), error=e,
               outcome=state.get("core", {}), unsupported=unsupported)

@@ -1,6 +1,10 @@
-"""The program's JSON for the C++ core: torch.export.save's models/model.json,
-byte for byte, made faster by removing work in torch's serializer whose
-result is thrown away.
+"""The program for the C++ core, as torch's serializer describes it: either
+its tree of schema dataclasses, handed to the C++ reader as Python objects
+(`program_tree`, what export() uses: no JSON text is built, and the C++
+reader walks the tree in place, src/python/program_object.cpp), or
+torch.export.save's models/model.json byte for byte (`serialize_program`,
+for the tests and benchmarks). Both made faster by removing work
+in torch's serializer whose result is thrown away.
 
 torch's serializer (torch._export.serde.serialize) is the only Python stage
 between capture and the C++ core. Profiled on the bench models (cProfile,
@@ -13,32 +17,46 @@ bench/stage_costs.py), its time went to:
 - `_Union.create`: every union (each argument, size, stride) built by a
   `dataclasses.fields()` walk plus a `__post_init__` that checks the same
   class's field names again;
-- `_dataclass_to_dict`: `is_dataclass` and `fields()` per object while the
-  tree becomes dicts for json.dumps;
+- `_dataclass_to_dict` + json.dumps: the tree written as JSON text, which
+  the C++ core would parse back (program_tree skips both);
 - `_print_sympy`: sympy's srepr of every symbolic size and stride, though a
   program has a handful of distinct expressions.
-Here the listing is skipped, `_Union.create` and the dict walk look up each
-class's field names once, and each distinct expression is printed once.
-What torch's code decides
-(which nodes, arguments, names, expressions) is untouched: the output is the
-same bytes, checked against torch's own serializer on every program the test
-suite exports (tests/conftest.py) and by the .pt2-vs-memory tests."""
+Here the listing is skipped, `_Union.create` looks up each class's field
+names once, and each distinct expression is printed once. What torch's code
+decides (which nodes, arguments, names, expressions) is untouched: every
+program the test suite exports is converted both ways, the tree read in
+place and torch's serializer's JSON as it ships, and the ONNX files must be
+the same bytes (tests/conftest.py); tests/python/test_serialize.py checks
+the JSON of the fast path against torch's."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
-import math
 
 import torch
+
 
 def serialize_program(ep: torch.export.ExportedProgram, *, fast: bool = True) -> bytes:
     """The JSON torch.export.save writes as models/model.json (weights are not
     serialized: the C++ core reads them in place). `fast=False` is torch's
     serializer as it ships, less the discarded canonicalize(): the reference
     the tests compare the fast path with."""
+    return _serialized(ep, fast, None)
+
+
+def program_tree(ep: torch.export.ExportedProgram):
+    """torch's serializer's description of `ep` before it becomes JSON: a
+    torch._export.serde.schema.ExportedProgram dataclass, which the C++
+    core's reader takes as it is (`_core.convert(program=...)`). The same
+    content as serialize_program(ep): the JSON is this tree written out."""
+    tree = []
+    _serialized(ep, True, tree.append)
+    return tree[0]
+
+
+def _serialized(ep, fast, keep_tree):
     from torch._export.serde import serialize as serde
 
     kwargs = dict(serialize_state_dict=False, serialize_constants=False,
@@ -50,6 +68,10 @@ def serialize_program(ep: torch.export.ExportedProgram, *, fast: bool = True) ->
                                          lambda program, constants=None: program))
             if fast:
                 stack.enter_context(_fast_serializer(serde, ep))
+            if keep_tree is not None:
+                # Not written out: the tree is what the C++ reader takes.
+                stack.enter_context(_patched(serde, "_to_json_bytes",
+                                             lambda obj: keep_tree(obj) or b""))
             return serde.serialize(ep, **kwargs).exported_program
     finally:
         for entry, spec in saved_specs:
@@ -81,7 +103,6 @@ def _fast_serializer(serde, ep):
             torch_create = _Union.__dict__["create"].__func__
             stack.enter_context(_patched(_Union, "create",
                                          classmethod(_union_creator(torch_create))))
-        stack.enter_context(_patched(serde, "_to_json_bytes", _to_json_bytes))
         if "_print_sympy" in serde.__dict__:
             stack.enter_context(_patched(serde, "_print_sympy", _sympy_printer(serde._print_sympy)))
         if not serde.log.isEnabledFor(logging.DEBUG):
@@ -151,67 +172,6 @@ def _union_creator(torch_create):
         return obj
 
     return create
-
-
-def _to_json_bytes(obj) -> bytes:
-    from torch._export.serde.serialize import EnumEncoder
-
-    return json.dumps(_plain(obj), cls=EnumEncoder, allow_nan=False).encode("utf-8")
-
-
-# torch's _dataclass_to_dict, with each type's handling found once: a union
-# becomes {tag: value}, a dataclass {field: value} in field order, floats
-# their JSON spelling; anything else (enums, bytes) is passed as it is.
-_KIND: dict = {}
-_getattr = object.__getattribute__
-
-
-def _plain(obj):
-    t = type(obj)
-    kind = _KIND.get(t)
-    if kind is None:
-        kind = _KIND[t] = _kind_of(obj)
-    if kind.__class__ is tuple:  # a dataclass: its field names (the commonest)
-        return {name: _plain(_getattr(obj, name)) for name in kind}
-    if kind == _PASS:
-        return obj
-    if kind == _UNION:
-        tag = _getattr(obj, "_type")
-        return {tag: _plain(_getattr(obj, tag))}
-    if kind == _LIST:
-        return [_plain(x) for x in obj]
-    if kind == _FLOAT:
-        if obj == math.inf:
-            return "Infinity"
-        if obj == -math.inf:
-            return "-Infinity"
-        return "NaN" if math.isnan(obj) else obj
-    if kind == _DICT:
-        return {k: _plain(v) for k, v in obj.items()}
-    return tuple(_plain(x) for x in obj)  # _TUPLE
-
-
-_PASS, _UNION, _LIST, _FLOAT, _DICT, _TUPLE = range(6)
-
-
-def _kind_of(obj):
-    from torch._export.serde.union import _Union
-
-    # Subclasses (IntEnum is an int, a union tag a str) go by what torch's
-    # function tests first: _Union, dataclass, list, tuple, dict, float.
-    if isinstance(obj, _Union):
-        return _UNION
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return tuple(f.name for f in dataclasses.fields(obj))
-    if isinstance(obj, list):
-        return _LIST
-    if isinstance(obj, tuple):
-        return _TUPLE
-    if isinstance(obj, dict):
-        return _DICT
-    if isinstance(obj, float):
-        return _FLOAT
-    return _PASS
 
 
 def _plain_output_specs(ep: torch.export.ExportedProgram):

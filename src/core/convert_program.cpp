@@ -129,10 +129,14 @@ std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, int op
 }
 
 std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, const Options& options) {
+  return unsupported_ops_of(
+      [&] { return schema::parse_program(program_json, "ExportedProgram JSON"); }, options);
+}
+
+std::vector<UnsupportedOp> unsupported_ops_of(const ProgramReader& read, const Options& options) {
   check_opset(options.opset);
   const CustomConverters custom(options);
-  return find_unsupported(schema::parse_program(program_json, "ExportedProgram JSON"),
-                          options.opset, &custom);
+  return find_unsupported(read(), options.opset, &custom);
 }
 
 Result convert_program(std::string_view program_json, const Weights& weights,
@@ -143,15 +147,29 @@ Result convert_program(std::string_view program_json, const Weights& weights,
 Result convert_program(std::string_view program_json, const Weights& weights,
                        const WeightSource& source, const std::string& output_path,
                        const Options& options) {
+  return convert_read_program(
+      [&] { return schema::parse_program(program_json, "ExportedProgram JSON"); }, weights, source,
+      output_path, options);
+}
+
+namespace {
+
+Result convert_read(const ProgramReader& read, const Weights& weights,
+                    const std::string& output_path, const Options& options);
+
+}  // namespace
+
+Result convert_read_program(const ProgramReader& read, const Weights& weights,
+                            const WeightSource& source, const std::string& output_path,
+                            const Options& options) {
   if (source.empty() && source.aliases.empty())
-    return convert_program(program_json, weights, output_path, options);
+    return convert_read(read, weights, output_path, options);
   auto t0 = std::chrono::steady_clock::now();
   std::optional<SafetensorsFiles> files;
   if (!source.safetensors_files.empty()) files.emplace(source.safetensors_files);
   Weights resolved = resolve_weights(weights, source, files ? &*files : nullptr);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  Result r =
-      convert_program_from(program_json, "ExportedProgram JSON", resolved, output_path, options);
+  Result r = convert_read(read, resolved, output_path, options);
   r.timings.insert(r.timings.begin(), {"weights", secs});
   return r;
 }
@@ -159,6 +177,14 @@ Result convert_program(std::string_view program_json, const Weights& weights,
 Result convert_program_from(std::string_view program_json, const std::string& source,
                             const Weights& weights, const std::string& output_path,
                             const Options& options) {
+  return convert_read([&] { return schema::parse_program(program_json, source); }, weights,
+                      output_path, options);
+}
+
+namespace {
+
+Result convert_read(const ProgramReader& read, const Weights& weights,
+                    const std::string& output_path, const Options& options) {
   using clock = std::chrono::steady_clock;
   auto secs = [](clock::time_point a, clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
@@ -185,8 +211,7 @@ Result convert_program_from(std::string_view program_json, const std::string& so
     }
   };
   auto t0 = clock::now();
-  schema::Program prog =
-      stage("reading the program", [&] { return schema::parse_program(program_json, source); });
+  schema::Program prog = stage("reading the program", [&] { return read(); });
   auto t1 = clock::now();
   Graph g = stage("converting", [&] { return convert_graph(prog, weights, options); });
   if (options.fallback == Options::Fallback::CustomDomain) {
@@ -259,5 +284,7 @@ Result convert_program_from(std::string_view program_json, const std::string& so
                {"write", secs(t3, t4)}};
   return r;
 }
+
+}  // namespace
 
 }  // namespace pt2onnx

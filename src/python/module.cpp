@@ -1,5 +1,6 @@
-// Python bindings (glue only): takes the program JSON and weight views from
-// pt2onnx/_capture.py and runs the C++ pipeline with the GIL released.
+// Python bindings (glue only): takes the program (torch's serde dataclass
+// tree, or JSON bytes) and weight views from pt2onnx/_export.py and runs the
+// C++ pipeline with the GIL released (taken again only to read the tree).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
@@ -8,8 +9,10 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "core/pipeline.h"
 #include "pt2onnx/pretty.h"
 #include "pt2onnx/pt2onnx.h"
+#include "python/program_object.h"
 
 namespace nb = nanobind;
 
@@ -29,6 +32,22 @@ void set_custom(pt2onnx::Options& o, const CustomFunctions& functions) {
         {target, std::string(static_cast<const char*>(proto.data()), proto.size())});
 }
 
+// The program: JSON bytes (torch.export.save's model.json), or the tree of
+// torch's serde dataclasses read in place (program_object.h), for which the
+// reader takes the GIL back; the pipeline runs without it.
+// Either way `program` must stay alive while the reader runs.
+pt2onnx::ProgramReader program_reader(const nb::object& program) {
+  if (nb::isinstance<nb::bytes>(program)) {
+    nb::bytes b = nb::borrow<nb::bytes>(program);
+    std::string_view json(static_cast<const char*>(b.data()), b.size());
+    return [json] { return pt2onnx::schema::parse_program(json, "ExportedProgram JSON"); };
+  }
+  return [obj = program.ptr()] {
+    nb::gil_scoped_acquire gil;
+    return pt2onnx::read_program_object(obj, "ExportedProgram");
+  };
+}
+
 // [{"target", "count", "where", "converts_from"}, ...]
 nb::list ops_list(const std::vector<pt2onnx::UnsupportedOp>& ops) {
   nb::list l;
@@ -44,7 +63,7 @@ nb::list ops_list(const std::vector<pt2onnx::UnsupportedOp>& ops) {
 }
 
 nb::dict convert(
-    nb::bytes program_json, const std::vector<WeightTuple>& weights, const std::string& output_path,
+    nb::object program, const std::vector<WeightTuple>& weights, const std::string& output_path,
     int opset, bool optimize, const std::string& external_data,
     const std::vector<std::string>& input_names, const std::vector<std::string>& output_names,
     const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
@@ -115,11 +134,11 @@ nb::dict convert(
       }
     };
   }
-  std::string_view json(static_cast<const char*>(program_json.data()), program_json.size());
+  pt2onnx::ProgramReader read = program_reader(program);
   pt2onnx::Result r;
   {
-    nb::gil_scoped_release release;
-    r = pt2onnx::convert_program(json, w, source, output_path, o);
+    nb::gil_scoped_release release;  // `program` stays alive: the caller holds it
+    r = pt2onnx::convert_read_program(read, w, source, output_path, o);
   }
   nb::dict d;
   d["model_path"] = r.model_path;
@@ -143,16 +162,15 @@ nb::dict convert(
   return d;
 }
 
-nb::list unsupported_ops(nb::bytes program_json, int opset,
-                         const CustomFunctions& custom_functions) {
-  std::string_view json(static_cast<const char*>(program_json.data()), program_json.size());
+nb::list unsupported_ops(nb::object program, int opset, const CustomFunctions& custom_functions) {
+  pt2onnx::ProgramReader read = program_reader(program);
   pt2onnx::Options o;
   o.opset = opset;
   set_custom(o, custom_functions);
   std::vector<pt2onnx::UnsupportedOp> ops;
   {
     nb::gil_scoped_release release;
-    ops = pt2onnx::unsupported_ops(json, o);
+    ops = pt2onnx::unsupported_ops_of(read, o);
   }
   return ops_list(ops);
 }
@@ -173,7 +191,7 @@ std::string pretty_bytes(nb::bytes model, const std::string& source) {
 NB_MODULE(_core, m) {
   m.doc() = "pt2onnx C++ core";
   nb::exception<pt2onnx::Error>(m, "ConversionError", PyExc_RuntimeError);
-  m.def("convert", &convert, nb::arg("program_json"), nb::arg("weights"), nb::arg("output_path"),
+  m.def("convert", &convert, nb::arg("program"), nb::arg("weights"), nb::arg("output_path"),
         nb::arg("opset"), nb::arg("optimize"), nb::arg("external_data"), nb::arg("input_names"),
         nb::arg("output_names"), nb::arg("input_dim_names"), nb::arg("output_dim_names"),
         nb::arg("fallback") = "", nb::arg("custom_functions") = CustomFunctions{},
@@ -190,7 +208,7 @@ NB_MODULE(_core, m) {
       "external_data_shards",
       [](const std::string& spec) { return pt2onnx::external_data_shards_from_string(spec); },
       nb::arg("spec"));
-  m.def("unsupported_ops", &unsupported_ops, nb::arg("program_json"), nb::arg("opset"),
+  m.def("unsupported_ops", &unsupported_ops, nb::arg("program"), nb::arg("opset"),
         nb::arg("custom_functions") = CustomFunctions{});
   m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));
   m.def("pretty_file", &pretty_file, nb::arg("path"));

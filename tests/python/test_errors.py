@@ -10,7 +10,8 @@ import torch.nn as nn
 
 import pt2onnx
 from pt2onnx import _core
-from pt2onnx._export import _serialize, _weight_views
+from pt2onnx._export import _weight_views
+from pt2onnx._serialize import serialize_program as _serialize
 
 
 class Small(nn.Module):

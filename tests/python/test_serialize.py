@@ -79,3 +79,86 @@ def test_debug_logging_still_gets_the_listing():
         log.propagate = propagate
     assert out == serialize_program(ep, fast=False)
     assert any("def forward" in m for m in seen)
+
+
+# The direct hand-off (issue 18 item 5): export() gives the C++ core torch's
+# dataclass tree, read in place (src/python/program_object.cpp), not JSON.
+
+def _convert(program, views, path):
+    from pt2onnx import _core
+
+    return _core.convert(program, views, path, 18, True, "auto", [], [], {}, {})
+
+
+def test_tree_and_json_give_the_same_file(tmp_path):
+    from pt2onnx._export import _weight_views
+    from pt2onnx._serialize import program_tree
+
+    ep = _program()
+    views, keep = _weight_views(ep)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()  # the same file name: the graph is named after it
+    a = _convert(program_tree(ep), views, str(tmp_path / "a" / "m.onnx"))
+    b = _convert(serialize_program(ep, fast=False), views, str(tmp_path / "b" / "m.onnx"))
+    assert (tmp_path / "a" / "m.onnx").read_bytes() == (tmp_path / "b" / "m.onnx").read_bytes()
+    assert a["nodes"] == b["nodes"] > 5
+
+
+def test_suite_check_catches_a_changed_program(monkeypatch, tmp_path):
+    """tests/conftest.py converts every exported program both ways: a tree
+    that says something else than torch's JSON (one constant changed) fails
+    the export with the check's message."""
+    import pytest
+
+    import pt2onnx
+    from pt2onnx import _serialize
+
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * 2.5
+
+    tree_of = _serialize.program_tree
+
+    def changed(ep):
+        tree = tree_of(ep)
+        for node in tree.graph_module.graph.nodes:
+            for arg in node.inputs:
+                if arg.arg.type == "as_float":
+                    object.__setattr__(arg.arg, "as_float", 3.5)
+        return tree
+
+    monkeypatch.setattr(_serialize, "program_tree", changed)
+    with pytest.raises(AssertionError, match="different bytes"):
+        pt2onnx.export(Scale(), (torch.randn(3),), str(tmp_path / "m.onnx"))
+
+
+def test_malformed_tree_names_the_path(tmp_path):
+    """The tree is read with the JSON reader's checks and messages."""
+    import pytest
+
+    import pt2onnx
+    from pt2onnx._export import _weight_views
+    from pt2onnx._serialize import program_tree
+
+    ep = _program()
+    views, keep = _weight_views(ep)
+    tree = program_tree(ep)
+    node = tree.graph_module.graph.nodes[1]
+    object.__setattr__(node, "target", 7)
+    with pytest.raises(pt2onnx.ConversionError,
+                       match=r"ExportedProgram: \$\.graph_module\.graph\.nodes\[1\]\.target: "
+                             r"expected a string, found a number"):
+        _convert(tree, views, str(tmp_path / "m.onnx"))
+    assert not (tmp_path / "m.onnx").exists()
+
+    tree = program_tree(ep)
+    object.__setattr__(tree.graph_module.graph, "tensor_values", {1: None})
+    with pytest.raises(pt2onnx.ConversionError, match="dict key of type int"):
+        _convert(tree, views, str(tmp_path / "m.onnx"))
+
+    tree = program_tree(ep)
+    object.__setattr__(tree.graph_module.graph, "nodes", object())
+    with pytest.raises(pt2onnx.ConversionError,
+                       match=r"graph\.nodes: expected a JSON array, found a Python object"):
+        _convert(tree, views, str(tmp_path / "m.onnx"))
+    assert not (tmp_path / "m.onnx").exists()
