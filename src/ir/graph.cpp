@@ -208,17 +208,59 @@ void TensorData::copy_rows(int64_t r0, int64_t r1, uint8_t* out) const {
 }
 
 void TensorData::copy_stored_rows(int64_t r0, int64_t r1, uint8_t* out) const {
-  copy_rows_of(data, dtype_size(stored), dims, strides, is_contiguous(), r0, r1, out);
+  copy_rows_of(data, dtype_size(stored_type()), dims, strides, is_contiguous(), r0, r1, out);
+}
+
+void TensorData::finish_rows(const uint8_t* in, int64_t r0, int64_t r1, uint8_t* out) const {
+  const int64_t rows = dims.empty() ? 1 : dims[0];
+  const size_t n = rows ? static_cast<size_t>(numel() / rows * (r1 - r0)) : 0;
+  if (stored != DType::Undefined)
+    convert_floats(in, stored, out, dtype, n);
+  else
+    std::memcpy(out, in, n * dtype_size(dtype));
+  if (scale) scale->apply(dtype, dims, r0, r1, out);
 }
 
 void TensorData::materialize() const {
   // The whole span the strides reach, converted in place of the stored
-  // bytes: strides (in elements) stay valid.
-  auto span = strided_span_bytes(dims, strides, dtype_size(stored));
-  const size_t n = span ? *span / dtype_size(stored) : 0;
+  // bytes: strides (in elements) stay valid. (A scaled tensor is contiguous.)
+  const DType from = stored_type();
+  auto span = strided_span_bytes(dims, strides, dtype_size(from));
+  const size_t n = span ? *span / dtype_size(from) : 0;
   auto out = std::make_shared<std::vector<uint8_t>>(n * dtype_size(dtype));
-  convert_floats(data, stored, out->data(), dtype, n);
+  if (scale)
+    finish_rows(data, 0, dims.empty() ? 1 : dims[0], out->data());
+  else
+    convert_floats(data, stored, out->data(), dtype, n);
   owned = std::move(out);
+}
+
+void ChannelScale::apply(DType t, const std::vector<int64_t>& dims, int64_t r0, int64_t r1,
+                         uint8_t* rows) const {
+  if (dims.size() < 2) return;
+  size_t inner = 1;  // elements per (row, column) block
+  for (size_t d = 2; d < dims.size(); ++d) inner *= static_cast<size_t>(dims[d]);
+  const auto cols = static_cast<size_t>(dims[1]);
+  const auto group_rows = static_cast<size_t>(rows_per_group);
+  auto each = [&](auto* p, auto scale_one) {
+    for (auto r = static_cast<size_t>(r0); r < static_cast<size_t>(r1); ++r)
+      for (size_t c = 0; c < cols; ++c) {
+        const double f = group_rows ? factor[(r / group_rows) * cols + c] : factor[r];
+        auto* q = p + ((r - static_cast<size_t>(r0)) * cols + c) * inner;
+        for (size_t i = 0; i < inner; ++i) q[i] = scale_one(q[i], f);
+      }
+  };
+  if (t == DType::Float)
+    each(reinterpret_cast<float*>(rows),
+         [](float x, double f) { return static_cast<float>(x * f); });
+  else if (t == DType::Double)
+    each(reinterpret_cast<double*>(rows), [](double x, double f) { return x * f; });
+  else if (t == DType::Float16)
+    each(reinterpret_cast<uint16_t*>(rows), [](uint16_t h, double f) {
+      return float_to_half(static_cast<float>(static_cast<double>(half_to_float(h)) * f));
+    });
+  else
+    throw Error(std::string("cannot scale a tensor of type ") + std::string(dtype_name(t)));
 }
 
 namespace {

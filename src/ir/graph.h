@@ -39,6 +39,22 @@ struct ValueType {
 // The type of a tensor of static `dims` (initializers, folded constants).
 ValueType static_type(DType t, const std::vector<int64_t>& dims);
 
+// Per-channel factors a weight is multiplied by when its bytes are made (a
+// batch norm folded into a convolution, fold_conv_batchnorm.cpp): the
+// [dims[0], dims[1], inner...] block (r, c) is scaled by
+// factor[rows_per_group ? (r / rows_per_group) * dims[1] + c : r] (a
+// ConvTranspose weight's output channels run along dim 1 within each group).
+// Each element: its value in the tensor's type, times the factor in double,
+// rounded once to that type (float16 through float).
+struct ChannelScale {
+  std::vector<double> factor;
+  int64_t rows_per_group = 0;
+  // Scales rows [r0, r1) of dim 0 of a contiguous `dims` tensor of type t,
+  // held contiguously at `rows` (float, float16 or double).
+  void apply(DType t, const std::vector<int64_t>& dims, int64_t r0, int64_t r1,
+             uint8_t* rows) const;
+};
+
 // Bytes of a tensor. Either a view on memory owned elsewhere (weights: the
 // caller keeps them alive until the export returns) or owned bytes (constants
 // made during conversion). Strides are in elements; empty means contiguous.
@@ -60,11 +76,16 @@ struct TensorData {
   // once (into `owned`), for the rare pass that reads a weight's values.
   // Undefined: `data` is already of type `dtype`.
   DType stored = DType::Undefined;
+  // Scaled lazily per channel (contiguous tensors only), after the `stored`
+  // conversion if any: by the writer as it streams, or whole by bytes().
+  std::shared_ptr<const ChannelScale> scale;
 
   int64_t numel() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
   bool is_contiguous() const;
-  bool lazy() const { return stored != DType::Undefined && !owned; }
+  bool lazy() const { return (stored != DType::Undefined || scale) && !owned; }
+  // The type of the elements at `data`.
+  DType stored_type() const { return stored != DType::Undefined ? stored : dtype; }
   const uint8_t* bytes() const {
     if (lazy()) materialize();
     return owned ? owned->data() : data;
@@ -75,9 +96,12 @@ struct TensorData {
   // contiguous: a strided view streamed out in pieces. Transposed layouts
   // are copied in tiles, so both sides stay in cache.
   void copy_rows(int64_t r0, int64_t r1, uint8_t* out) const;
-  // The same rows as stored (of type `stored`, not converted): the writer
-  // converts them itself. Only for lazy() tensors.
+  // The same rows as stored (of type stored_type(), neither converted nor
+  // scaled): the writer converts and scales them itself. Only for lazy() tensors.
   void copy_stored_rows(int64_t r0, int64_t r1, uint8_t* out) const;
+  // Rows [r0, r1) of a lazy() tensor as exported (converted and scaled),
+  // contiguous, from its stored rows at `in` (of type stored_type()).
+  void finish_rows(const uint8_t* in, int64_t r0, int64_t r1, uint8_t* out) const;
   template <typename T>
   const T* as() const {
     return reinterpret_cast<const T*>(bytes());

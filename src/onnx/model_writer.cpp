@@ -281,7 +281,7 @@ class DataOut {
 // Drops pages of a file-backed (read-only, private) mapping after reading
 // them, so streaming a large archive does not grow resident memory.
 void advise_mapped(const TensorData& t, int advice, bool inner) {
-  auto span = strided_span_bytes(t.dims, t.strides, dtype_size(t.lazy() ? t.stored : t.dtype));
+  auto span = strided_span_bytes(t.dims, t.strides, dtype_size(t.stored_type()));
   if (!span || !*span) return;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto p = reinterpret_cast<uintptr_t>(t.data);
@@ -591,10 +591,11 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
       copied = out.copy_from(t.src_fd, t.src_offset, n);
     if (!copied && t.src_fd >= 0) prefetch_mapped(t);
     if (!copied && t.lazy()) {
-      // Converted a few MiB at a time (TensorData::stored): never whole in memory.
+      // Converted and scaled a few MiB at a time (TensorData::stored, ::scale):
+      // never whole in memory.
       const int64_t rows = t.dims.empty() ? 1 : t.dims[0];
       const uint64_t row_elems = rows ? static_cast<uint64_t>(t.numel() / rows) : 0;
-      const uint64_t row_in = row_elems * dtype_size(t.stored);
+      const uint64_t row_in = row_elems * dtype_size(t.stored_type());
       const uint64_t row_out = row_elems * dtype_size(t.dtype);
       const int64_t step = static_cast<int64_t>(
           std::max<uint64_t>(1, kStridedChunk / std::max<uint64_t>(row_in + row_out, 1)));
@@ -607,7 +608,7 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
           t.copy_stored_rows(r, e, in.data());
           src = in.data();
         }
-        convert_floats(src, t.stored, conv.data(), t.dtype, static_cast<size_t>(e - r) * row_elems);
+        t.finish_rows(src, r, e, conv.data());
         out.put_big(conv.data(), static_cast<size_t>(e - r) * row_out);
       }
       if (t.src_fd >= 0) release_mapped(t);

@@ -259,7 +259,9 @@ TensorData convert_tensor(const TensorData& t, DType to) {
 // bfloat16) is written as stored, file-to-file. Constants made during
 // conversion are converted now.
 TensorData convert_weight(const TensorData& t, DType to) {
-  if (t.owned) return convert_tensor(t, to);
+  // A folded batch norm's weight (TensorData::scale) is scaled in float32
+  // first, as when it was folded into new bytes: converted now.
+  if (t.owned || t.scale) return convert_tensor(t, to);
   TensorData lazy = t;
   if (!t.lazy()) lazy.stored = DType::Float;
   lazy.dtype = to;

@@ -16,8 +16,10 @@
 // are [C_in, C_out / group, k...]: output channel g * C_out / group + j is
 // row block g, column j.
 //
-// The folded tensors are new, owned bytes (one copy of each folded conv
-// weight at export time) named `<weight>.bn_folded` and `<bias>.bn_folded`
+// A folded weight over 64 KiB stays a view on the original bytes with its
+// channel factors attached (TensorData::scale): the writer scales it as it
+// streams it, so no folded copy is held; smaller ones and the biases are new,
+// owned bytes. They are named `<weight>.bn_folded` and `<bias>.bn_folded`
 // (`<BN B>.bn_folded` when the Conv had no bias), not the weights' own
 // names: under `<weight>` values that differ from the state_dict's would
 // mislead tools that map initializers back to it by name.
@@ -63,6 +65,19 @@ std::vector<double> to_doubles(const TensorData& t) {
     }
   }
   return v;
+}
+
+// Weights bigger than this are scaled lazily, by the writer as it streams
+// them (TensorData::scale): folding them here made a new copy of each
+// (ResNet-50: 94 MB of float32, 14% of the time after capture, most of it
+// first-touch page faults). Smaller ones are folded now, into owned bytes,
+// as they always were: the passes that treat small owned initializers as
+// constants (CSE up to 4 KiB, fold_constants, module functions embedding
+// them up to 64 KiB) see them as before, so the output does not change.
+constexpr size_t kEagerFoldMaxBytes = size_t{1} << 16;
+
+bool lazy_fold(const TensorData& w) {
+  return !w.owned && !w.scale && w.is_contiguous() && w.nbytes() > kEagerFoldMaxBytes;
 }
 
 TensorData from_doubles(DType t, std::vector<int64_t> dims, const std::vector<double>& v) {
@@ -168,39 +183,28 @@ size_t fold_conv_batchnorm(Graph& g) {
     std::vector<double> bias(s.size(), 0.0);
     if (b) bias = to_doubles(b->data);
     for (size_t c = 0; c < s.size(); ++c) bias[c] = (bias[c] - mv[c]) * s[c] + bv[c];
+    Initializer nb{{}, from_doubles(w->data.dtype, {channels}, bias)};
 
-    size_t inner = 1;  // elements per (row, column) of W
-    for (size_t d = 2; d < wd.size(); ++d) inner *= static_cast<size_t>(wd[d]);
-    size_t rows = static_cast<size_t>(wd[0]), cols = static_cast<size_t>(wd[1]);
-    size_t rows_per_group = transpose ? rows / static_cast<size_t>(group) : 0;
-    // Scales W's elements in place, each (row, column) block by its channel's factor.
-    auto scale_rows = [&](auto* p) {
-      for (size_t r = 0; r < rows; ++r)
-        for (size_t col = 0; col < cols; ++col) {
-          double f = transpose ? s[(r / rows_per_group) * cols + col] : s[r];
-          auto* q = p + (r * cols + col) * inner;
-          for (size_t i = 0; i < inner; ++i)
-            q[i] = static_cast<std::remove_reference_t<decltype(*q)>>(q[i] * f);
-        }
-    };
     DType t = w->data.dtype;
+    auto factors = std::make_shared<ChannelScale>();
+    factors->factor = std::move(s);
+    if (transpose) factors->rows_per_group = wd[0] / group;
     TensorData scaled;
-    if (t == DType::Float) {
-      // Scaled in one float32 copy: the same bits as the double path below
-      // (product in double, rounded once) without a double copy of a large
-      // weight (ResNet-50's convolutions: 94 MB of float32).
-      std::vector<uint8_t> bytes = w->data.contiguous_copy();
-      scale_rows(reinterpret_cast<float*>(bytes.data()));
-      scaled = TensorData::from_bytes(t, wd, std::move(bytes));
+    if (lazy_fold(w->data)) {
+      // The weight as it is (a view on the caller's or the archive's bytes),
+      // scaled by the writer as it streams it.
+      scaled = w->data;
+      scaled.scale = std::move(factors);
     } else {
-      std::vector<double> wv = to_doubles(w->data);
-      scale_rows(wv.data());
-      scaled = from_doubles(t, wd, wv);
+      std::vector<uint8_t> bytes = w->data.contiguous_copy();
+      const int64_t rows = wd.empty() ? 1 : wd[0];
+      factors->apply(t, wd, 0, rows, bytes.data());
+      scaled = TensorData::from_bytes(t, wd, std::move(bytes));
     }
 
     std::string wname = fresh_name(w->name + ".bn_folded");
     std::string bname = fresh_name((b ? b->name : bn.inputs[2]) + ".bn_folded");
-    Initializer nb{bname, from_doubles(t, {channels}, bias)};
+    nb.name = bname;
     set_type(bname, nb.data);
     *w = Initializer{wname, std::move(scaled)};
     set_type(wname, w->data);

@@ -3,8 +3,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "ir/builder.h"
+#include "onnx/model_writer.h"
 #include "opt/passes.h"
 
 using namespace pt2onnx;
@@ -336,6 +340,118 @@ TEST(Passes, FoldsConvBatchNormNoBias) { check_conv_bn_fold({false, 1, false}); 
 TEST(Passes, FoldsGroupConvBatchNorm) { check_conv_bn_fold({false, 2, true}); }
 TEST(Passes, FoldsConvTransposeBatchNorm) { check_conv_bn_fold({true, 1, false}); }
 TEST(Passes, FoldsGroupConvTransposeBatchNorm) { check_conv_bn_fold({true, 2, true}); }
+
+namespace {
+// A weight over 64 KiB that is a view on memory the caller owns is folded
+// lazily (TensorData::scale): the same bytes as folding it into new owned
+// bytes, from bytes() and from the writer (which scales it in 4 MiB pieces:
+// as float32 or double this weight takes two, the second starting mid-group
+// for ConvTranspose).
+struct LazyFoldCase {
+  bool transpose = false;
+  int64_t groups = 1;
+  DType type = DType::Float;
+  bool bf16_stored = false;  // the view holds bfloat16, exported as float32
+};
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void check_lazy_fold(const LazyFoldCase& k) {
+  const std::vector<int64_t> wdims = k.transpose ? std::vector<int64_t>{1024, 32, 3, 3}
+                                                 : std::vector<int64_t>{1024, 64 / k.groups, 3, 3};
+  const int64_t channels = k.transpose ? wdims[1] * k.groups : wdims[0];
+  const size_t n = static_cast<size_t>(wdims[0] * wdims[1] * 9);
+  auto w = vals(n, -1, 1, 11);
+  const size_t es = k.bf16_stored ? 2 : dtype_size(k.type);
+  std::vector<uint8_t> memory(n * es);  // the caller's weight memory
+  for (size_t i = 0; i < n; ++i) {
+    float f = static_cast<float>(w[i]);
+    if (k.bf16_stored || k.type == DType::BFloat16) {
+      uint32_t x;
+      std::memcpy(&x, &f, 4);
+      uint16_t h = static_cast<uint16_t>(x >> 16);
+      std::memcpy(memory.data() + 2 * i, &h, 2);
+    } else if (k.type == DType::Float16) {
+      uint16_t h = float_to_half(f);
+      std::memcpy(memory.data() + 2 * i, &h, 2);
+    } else if (k.type == DType::Double) {
+      std::memcpy(memory.data() + 8 * i, &w[i], 8);
+    } else {
+      std::memcpy(memory.data() + 4 * i, &f, 4);
+    }
+  }
+  auto graph_with = [&](bool view) {
+    TensorData wt;
+    wt.dtype = k.type;
+    wt.dims = wdims;
+    if (k.bf16_stored) wt.stored = DType::BFloat16;
+    wt.data = memory.data();
+    if (!view) wt = TensorData::from_bytes(k.type, wdims, wt.contiguous_copy());  // owned
+    auto vec = [&](uint32_t seed, double lo, double hi) {
+      auto v = vals(static_cast<size_t>(channels), lo, hi, seed);
+      if (k.type == DType::Double) return TensorData::from_vector(k.type, {channels}, v);
+      if (k.type == DType::Float16) {
+        std::vector<uint16_t> h;
+        for (double x : v) h.push_back(float_to_half(static_cast<float>(x)));
+        return TensorData::from_vector(k.type, {channels}, h);
+      }
+      return f32_of({channels}, v);
+    };
+    GraphBuilder gb(18);
+    gb.add_input("x", ValueType{k.type, Shape{Dim::of(1), Dim::of(k.transpose ? 1024 : 64),
+                                              Dim::of(8), Dim::of(8)}});
+    std::string c = gb.op(k.transpose ? "ConvTranspose" : "Conv",
+                          {"x", gb.initializer("conv.weight", wt)}, {Attr::Int("group", k.groups)});
+    std::string y = gb.op(
+        "BatchNormalization",
+        {c, gb.initializer("bn.weight", vec(3, 0.5, 2)), gb.initializer("bn.bias", vec(4, -1, 1)),
+         gb.initializer("bn.running_mean", vec(5, -0.5, 0.5)),
+         gb.initializer("bn.running_var", vec(6, 0.2, 2))},
+        {Attr::Float("epsilon", 1e-3f)});
+    gb.add_output(y, gb.type(y));
+    Graph g = gb.take();
+    EXPECT_EQ(fold_conv_batchnorm(g), 1u);
+    return g;
+  };
+  Graph lazy = graph_with(true), eager = graph_with(false);
+  const TensorData& lw = find_init(lazy, "conv.weight.bn_folded")->data;
+  const TensorData& ew = find_init(eager, "conv.weight.bn_folded")->data;
+  EXPECT_TRUE(lw.scale && lw.lazy() && lw.data == memory.data());  // no copy made
+  EXPECT_FALSE(ew.scale);
+  const auto dir = std::filesystem::temp_directory_path() / "pt2onnx_lazy_fold";
+  std::filesystem::create_directories(dir);
+  std::string files[2];
+  for (int i = 0; i < 2; ++i) {
+    const auto sub = dir / (i ? "eager" : "lazy");
+    std::filesystem::create_directories(sub);
+    WriteOptions o;
+    o.external_data = ExternalData::Always;
+    write_model(i ? eager : lazy, (sub / "m.onnx").string(), o);
+    files[i] = file_bytes((sub / "m.onnx").string()) + file_bytes((sub / "m.onnx.data").string());
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_GT(files[0].size(), 1u << 20);
+  EXPECT_TRUE(files[0] == files[1]) << "the writer's lazy fold differs from the eager one";
+  // bytes() scales the whole tensor: the same bytes again.
+  ASSERT_EQ(lw.nbytes(), ew.nbytes());
+  EXPECT_EQ(std::memcmp(lw.bytes(), ew.bytes(), lw.nbytes()), 0);
+  EXPECT_NE(lw.bytes(), memory.data());
+}
+}  // namespace
+
+TEST(Passes, FoldsLargeConvBatchNormLazily) { check_lazy_fold({}); }
+TEST(Passes, FoldsLargeGroupConvBatchNormLazily) { check_lazy_fold({false, 2}); }
+TEST(Passes, FoldsLargeGroupConvTransposeBatchNormLazily) { check_lazy_fold({true, 2}); }
+TEST(Passes, FoldsLargeConvBatchNormLazilyFloat16) { check_lazy_fold({false, 1, DType::Float16}); }
+TEST(Passes, FoldsLargeConvBatchNormLazilyDouble) { check_lazy_fold({true, 1, DType::Double}); }
+TEST(Passes, FoldsLargeConvBatchNormLazilyAfterConversion) {
+  check_lazy_fold({false, 1, DType::Float, true});
+}
 
 namespace {
 // Conv -> BatchNormalization with one thing changed that forbids folding.

@@ -69,6 +69,59 @@ def test_every_layout_gives_the_python_bytes(tmp_path, make):
     assert_matches(m, str(reference), feeds)
 
 
+class ConvBN(nn.Module):
+    """Convolutions with batch norms to fold: the small first weight (36 KB)
+    is folded into new bytes, the larger ones (> 64 KiB) are scaled by the
+    writer as it streams them, from the caller's memory (Python) or the
+    mapped archive (.pt2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(16, 64, 3), nn.BatchNorm2d(64)
+        self.c2, self.b2 = nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128)
+        self.c3, self.b3 = nn.ConvTranspose2d(128, 64, 3, groups=2), nn.BatchNorm2d(64)
+        for bn in (self.b1, self.b2, self.b3):  # statistics that are not the identity
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.data.uniform_(0.5, 2.0)
+            bn.bias.data.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        x = self.b1(self.c1(x)).relu()
+        x = self.b2(self.c2(x)).relu()
+        return self.b3(self.c3(x))
+
+
+@pytest.mark.parametrize("dtype", [None, "float16"])
+def test_folded_batch_norms_give_the_python_bytes(tmp_path, dtype):
+    torch.manual_seed(0)
+    m = ConvBN().eval()
+    ep = torch.export.export(m, (torch.randn(1, 16, 12, 12),))
+    reference = tmp_path / "python" / "model.onnx"
+    reference.parent.mkdir()
+    kw = {"dtype": torch.float16} if dtype else {}
+    pt2onnx.export(ep, f=str(reference), external_data=True, **kw)
+    pt2 = tmp_path / "model.pt2"
+    torch.export.save(ep, str(pt2))
+    (tmp_path / "cli").mkdir()
+    r = cli(pt2, "-o", tmp_path / "cli" / "model.onnx", "-q", "--external-data", "always",
+            *(["--dtype", dtype] if dtype else []))
+    assert r.returncode == 0, r.stderr
+    for f in ("model.onnx", "model.onnx.data"):
+        assert filecmp.cmp(reference.parent / f, tmp_path / "cli" / f, shallow=False), f
+    mp = onnx.load(str(reference), load_external_data=False)
+    assert not [n for n in mp.graph.node if n.op_type == "BatchNormalization"]
+    assert {"c1.weight.bn_folded", "c2.weight.bn_folded", "c3.weight.bn_folded"} <= {
+        t.name for t in mp.graph.initializer}
+    x = torch.randn(1, 16, 12, 12)  # not the export input
+    if dtype:
+        sess, (got,) = run_ort(str(reference), {"x": x.half().numpy()})
+        np.testing.assert_allclose(got.astype(np.float32), m(x).detach().numpy(), atol=5e-2,
+                                   rtol=2e-2)
+    else:
+        assert_matches(m, str(reference), {"x": x})
+
+
 def test_conversion_is_deterministic(tmp_path):
     pt2 = tmp_path / "m.pt2"
     torch.export.save(torch.export.export(GPT(layers=1).eval(), (torch.randint(0, 512, (1, 4)),)), pt2)
