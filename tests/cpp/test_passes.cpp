@@ -423,7 +423,10 @@ void check_lazy_fold(const LazyFoldCase& k) {
   const TensorData& ew = find_init(eager, "conv.weight.bn_folded")->data;
   EXPECT_TRUE(lw.scale && lw.lazy() && lw.data == memory.data());  // no copy made
   EXPECT_FALSE(ew.scale);
-  const auto dir = std::filesystem::temp_directory_path() / "pt2onnx_lazy_fold";
+  // One directory per test: ctest runs the tests in parallel.
+  const auto dir = std::filesystem::temp_directory_path() /
+                   (std::string("pt2onnx_lazy_fold_") +
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::filesystem::create_directories(dir);
   std::string files[2];
   for (int i = 0; i < 2; ++i) {
