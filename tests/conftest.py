@@ -66,7 +66,10 @@ def _hand_off_checked_against_torch_json():
             if os.path.isdir(out_dir):
                 for name in os.listdir(out_dir):
                     if name.startswith(base) and os.path.isfile(os.path.join(out_dir, name)):
-                        shutil.copy2(os.path.join(out_dir, name), os.path.join(d, name))
+                        try:
+                            shutil.copy2(os.path.join(out_dir, name), os.path.join(d, name))
+                        except FileNotFoundError:  # replaced by a racing call
+                            pass
             ref_path = os.path.join(d, base)
             ref_kwargs = dict(kwargs, progress=None)
             try:
@@ -91,8 +94,12 @@ def _hand_off_checked_against_torch_json():
             for a, b in zip(files, ref_files):
                 if problem:
                     break
-                with open(a, "rb") as fa, open(b, "rb") as fb:
-                    da, db = fa.read(), fb.read()
+                try:
+                    with open(a, "rb") as fa, open(b, "rb") as fb:
+                        da, db = fa.read(), fb.read()
+                except FileNotFoundError as e:  # a racing call's commit removed it
+                    problem = f"{a}: {e}"
+                    break
                 if da != db:
                     at = next((i for i, (x, y) in enumerate(zip(da, db)) if x != y),
                               min(len(da), len(db)))
