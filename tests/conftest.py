@@ -43,6 +43,8 @@ def _hand_off_checked_against_torch_json():
         ref_json = None if isinstance(program, bytes) else reference.get(id(program))
         if ref_json is None:  # JSON given by a test, or a program made elsewhere
             return original_convert(program, weights, output_path, *args, **kwargs)
+        if kwargs.get("in_memory"):
+            return checked_in_memory(program, ref_json, weights, output_path, *args, **kwargs)
         key, token = os.path.abspath(output_path), object()
         with lock:
             others = active.setdefault(key, set())
@@ -56,6 +58,23 @@ def _hand_off_checked_against_torch_json():
             with lock:
                 active[key].discard(token)
                 contended.discard(token)
+
+    def checked_in_memory(program, ref_json, weights, output_path, *args, **kwargs):
+        ref_kwargs = dict(kwargs, progress=None)
+        try:
+            r = original_convert(program, weights, output_path, *args, **kwargs)
+        except _core.ConversionError as e:
+            try:
+                original_convert(ref_json, weights, output_path, *args, **ref_kwargs)
+            except _core.ConversionError as ref_e:
+                same_error(e, ref_e)
+                raise e from None
+            raise AssertionError(f"only the direct hand-off failed: {e}") from e
+        ref = original_convert(ref_json, weights, output_path, *args, **ref_kwargs)
+        if r["model_bytes"] != ref["model_bytes"]:
+            raise AssertionError("in memory, the direct hand-off and torch's JSON give different "
+                                 "model bytes")
+        return r
 
     def checked(program, ref_json, token, weights, output_path, *args, **kwargs):
         with tempfile.TemporaryDirectory(prefix="pt2onnx-ref-") as d:

@@ -130,6 +130,10 @@ struct Options {
   OutputDType dtype = OutputDType::Float32;
   // Called from the converting thread as stages advance (fraction in 0..1).
   std::function<void(std::string_view stage, double fraction)> progress;
+  // The model goes to Result::model_bytes, not to a file (output path
+  // ignored): one ModelProto, every weight inline (2 GiB at most), for
+  // callers that hand it to a runtime directly (the torch.compile backend).
+  bool in_memory = false;
 };
 
 // A view of one weight tensor owned by the caller (alive until convert returns).
@@ -193,6 +197,7 @@ struct ValueSummary {
 
 struct Result {
   std::string model_path;
+  std::string model_bytes;              // Options::in_memory
   std::vector<std::string> data_paths;  // external data files written
   int opset = 0;
   int ir_version = 0;

@@ -10,7 +10,6 @@ import math
 import operator
 import os
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -933,13 +932,8 @@ def export(
         ext = "auto"
     else:
         ext = "always" if external_data else "never"
-    tmpdir = None
-    if f is None:  # model_bytes: one file, whatever external_data says
-        ext = "never"
-        tmpdir = tempfile.TemporaryDirectory(prefix="pt2onnx-")
-        path = os.path.join(tmpdir.name, "model.onnx")
-    else:
-        path = os.fspath(f)
+    # f=None: the model in memory (model_bytes), weights inline, no file.
+    path = "" if f is None else os.fspath(f)
     try:
         r = _core.convert(
             program,
@@ -968,16 +962,12 @@ def export(
             convert_floats=source.convert_floats,
             progress=progress if progress.on else None,
             shard_bytes=shard_bytes,
+            in_memory=f is None,
         )
-        model_bytes = None
-        if tmpdir is not None:
-            with open(path, "rb") as fh:
-                model_bytes = fh.read()
+        model_bytes = r["model_bytes"]
     finally:
         progress.done()
         del keep_alive, source
-        if tmpdir is not None:
-            tmpdir.cleanup()
     t3 = time.perf_counter()
     timings = {"capture": t1 - t0, "serialize": t2 - t1}
     timings.update(dict(r["timings"]))

@@ -190,7 +190,7 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
     return std::chrono::duration<double>(b - a).count();
   };
   check_opset(options.opset);
-  if (output_path.empty()) throw Error("no output path given");
+  if (output_path.empty() && !options.in_memory) throw Error("no output path given");
 
   Result r;
   r.opset = options.opset;
@@ -268,10 +268,14 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
   wo.external_min_tensor_bytes = options.external_min_tensor_bytes;
   wo.shard_bytes = options.external_data_shard_bytes;
   wo.progress = options.progress;
-  WriteResult w = stage("writing", [&] { return write_model(g, output_path, wo); });
+  WriteResult w;
+  if (options.in_memory)
+    r.model_bytes = stage("writing", [&] { return write_model_bytes(g, wo, &w.weight_bytes); });
+  else
+    w = stage("writing", [&] { return write_model(g, output_path, wo); });
   auto t4 = clock::now();
 
-  r.model_path = output_path;
+  if (!options.in_memory) r.model_path = output_path;
   r.data_paths = w.data_paths;
   r.weight_bytes = w.weight_bytes;
   r.nodes = g.nodes.size();

@@ -121,6 +121,22 @@ class FileOut {
   uint64_t written_ = 0;
 };
 
+// The model in memory (Options::in_memory: a torch.compile backend hands it
+// to onnxruntime without a file): the same bytes a file would get.
+class MemoryOut {
+ public:
+  explicit MemoryOut(std::string& out) : out_(out) {}
+  void put(std::string_view s) { out_.append(s); }
+  void put_big(const uint8_t* p, size_t n) { out_.append(reinterpret_cast<const char*>(p), n); }
+  void zeros(size_t n) { out_.append(n, '\0'); }
+  bool copy_from(int, uint64_t, size_t) { return false; }  // mapped bytes are read instead
+  void finish() {}
+  uint64_t written() const { return out_.size(); }
+
+ private:
+  std::string& out_;
+};
+
 constexpr size_t kKernelCopyMin = 64 << 10;  // below this a memory write is as cheap
 
 // The external data file, written with O_DIRECT where the file system takes
@@ -487,26 +503,21 @@ std::string tensor_proto_bytes(const TensorData& t, const std::string& name) {
   return m.bytes;
 }
 
-WriteResult write_model(const Graph& g, const std::string& path, const WriteOptions& opt) {
-  WriteResult result;
-  for (auto& init : g.initializers) result.weight_bytes += init.data.nbytes();
+namespace {
 
-  bool external = opt.external_data == ExternalData::Always ||
-                  (opt.external_data == ExternalData::Auto &&
-                   result.weight_bytes > opt.external_data_threshold);
-  // Temporary model file now, data files under their final fresh names (the
-  // model names them), made while planning: nothing at `path` changes before
-  // files.commit().
-  OutputFiles files(path);
+// One initializer as it will be written: inline or at an offset of a data file.
+struct Planned {
+  const Initializer* init;
+  bool ext;
+  uint64_t offset;
+  size_t file;  // data file (shard) index
+  Msg header;   // TensorProto without its payload (raw_data comes last)
+};
 
-  // Plan: which tensors go to the side file and at which offsets.
-  struct Planned {
-    const Initializer* init;
-    bool ext;
-    uint64_t offset;
-    size_t file;  // data file (shard) index
-    Msg header;   // TensorProto without its payload (raw_data comes last)
-  };
+// Plans every initializer; `files` (null: in memory, all inline) gets the
+// data files the external ones go to.
+std::vector<Planned> plan_initializers(const Graph& g, const WriteOptions& opt, bool external,
+                                       OutputFiles* files) {
   std::vector<Planned> plan;
   plan.reserve(g.initializers.size());
   uint64_t data_end = 0;
@@ -514,21 +525,21 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   for (auto& init : g.initializers) {
     Planned p{&init, false, 0, 0, {}};
     uint64_t nb = init.data.nbytes();
-    p.ext = external && nb >= opt.external_min_tensor_bytes;
+    p.ext = files && external && nb >= opt.external_min_tensor_bytes;
     tensor_header(p.header, init.data, init.name);
     if (p.ext) {
       p.offset = (data_end + kAlign - 1) / kAlign * kAlign;
       // Shards: a tensor that would pass the limit starts the next file (one
       // larger than the limit fills a file alone: tensors are not split).
-      if (files.data_files() == 0 ||
+      if (files->data_files() == 0 ||
           (opt.shard_bytes && data_end > 0 && p.offset + nb > opt.shard_bytes)) {
-        files.create_data();
+        files->create_data();
         p.offset = 0;
       }
-      p.file = files.data_files() - 1;
+      p.file = files->data_files() - 1;
       data_end = p.offset + nb;
       for (auto [k, v] :
-           {std::pair<std::string, std::string>{"location", files.data_location(p.file)},
+           {std::pair<std::string, std::string>{"location", files->data_location(p.file)},
             {"offset", std::to_string(p.offset)},
             {"length", std::to_string(nb)}}) {
         Msg e;
@@ -546,45 +557,19 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   }
   if (inline_bytes > kProtoLimit)
     throw Error("the model's weights (" + std::to_string(inline_bytes) +
-                " bytes) exceed protobuf's 2 GiB limit for one file; export with "
-                "external_data=True (or 'auto')");
+                " bytes) exceed protobuf's 2 GiB limit for one file; export with " +
+                (files ? "external_data=True (or 'auto')" : "external data, to a file"));
+  return plan;
+}
 
-  // Everything but the initializers, serialized in memory (small).
-  Msg nodes_part;
-  for (auto& n : g.nodes) nodes_part.message(1, node_proto(n, opt.ir_version));
-  Msg tail;
-  tail.bytes_field(2, g.name);
-  for (auto& i : g.inputs) tail.message(11, value_info(i.name, i.type));
-  for (auto& o : g.outputs) tail.message(12, value_info(o.name, o.type));
-  value_infos(tail, g);
+// Streams a tensor's bytes to `out`: file to file where the kernel can,
+// converted / scaled / made contiguous a few MiB at a time otherwise.
+class PayloadWriter {
+ public:
+  PayloadWriter(const WriteOptions& opt, uint64_t total) : opt_(opt), total_(total) {}
 
-  uint64_t graph_len = nodes_part.size() + tail.size();
-  for (auto& p : plan) {
-    uint64_t len = p.header.size() + (p.ext ? 0 : p.init->data.nbytes());
-    graph_len += wire::varint_size((5 << 3) | wire::kLen) + wire::varint_size(len) + len;
-  }
-
-  Msg head;
-  head.int_field(1, opt.ir_version);
-  head.bytes_field(2, "pt2onnx");
-  head.bytes_field(3, PT2ONNX_VERSION);
-  {
-    Msg opset;
-    opset.bytes_field(1, "");
-    opset.int_field(2, opt.opset);
-    head.message(8, opset);
-  }
-  for (auto& [domain, version] : g.domain_versions) {
-    Msg opset;
-    opset.bytes_field(1, domain);
-    opset.int_field(2, version);
-    head.message(8, opset);
-  }
-  head.tag(7, wire::kLen);
-  head.varint(graph_len);
-
-  uint64_t total = result.weight_bytes, done = 0;
-  auto payload = [&](auto& out, const TensorData& t) {
+  template <class Out>
+  void operator()(Out& out, const TensorData& t) {
     const size_t n = t.nbytes();
     bool copied = false;
     if (t.is_contiguous() && t.src_fd >= 0 && n >= kKernelCopyMin && !t.lazy())
@@ -631,28 +616,97 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
       }
       if (t.src_fd >= 0) release_mapped(t);
     }
-    done += n;
-    if (opt.progress) opt.progress("writing", total ? static_cast<double>(done) / total : 1.0);
-  };
+    done_ += n;
+    if (opt_.progress) opt_.progress("writing", total_ ? static_cast<double>(done_) / total_ : 1.0);
+  }
 
+ private:
+  const WriteOptions& opt_;
+  uint64_t total_, done_ = 0;
+};
+
+// The ModelProto: header, nodes, initializers (inline payloads streamed by
+// `payload`), inputs / outputs / value infos, functions.
+template <class Out>
+void put_model(Out& out, const Graph& g, const WriteOptions& opt, const std::vector<Planned>& plan,
+               PayloadWriter& payload) {
+  // Everything but the initializers, serialized in memory (small).
+  Msg nodes_part;
+  for (auto& n : g.nodes) nodes_part.message(1, node_proto(n, opt.ir_version));
+  Msg tail;
+  tail.bytes_field(2, g.name);
+  for (auto& i : g.inputs) tail.message(11, value_info(i.name, i.type));
+  for (auto& o : g.outputs) tail.message(12, value_info(o.name, o.type));
+  value_infos(tail, g);
+
+  uint64_t graph_len = nodes_part.size() + tail.size();
+  for (auto& p : plan) {
+    uint64_t len = p.header.size() + (p.ext ? 0 : p.init->data.nbytes());
+    graph_len += wire::varint_size((5 << 3) | wire::kLen) + wire::varint_size(len) + len;
+  }
+
+  Msg head;
+  head.int_field(1, opt.ir_version);
+  head.bytes_field(2, "pt2onnx");
+  head.bytes_field(3, PT2ONNX_VERSION);
+  {
+    Msg opset;
+    opset.bytes_field(1, "");
+    opset.int_field(2, opt.opset);
+    head.message(8, opset);
+  }
+  for (auto& [domain, version] : g.domain_versions) {
+    Msg opset;
+    opset.bytes_field(1, domain);
+    opset.int_field(2, version);
+    head.message(8, opset);
+  }
+  head.tag(7, wire::kLen);
+  head.varint(graph_len);
+
+  out.put(head.bytes);
+  out.put(nodes_part.bytes);
+  for (auto& p : plan) {
+    Msg prefix;
+    uint64_t len = p.header.size() + (p.ext ? 0 : p.init->data.nbytes());
+    prefix.tag(5, wire::kLen);
+    prefix.varint(len);
+    out.put(prefix.bytes);
+    out.put(p.header.bytes);
+    if (!p.ext) payload(out, p.init->data);
+  }
+  out.put(tail.bytes);
+  Msg functions;
+  for (auto& f : g.functions) functions.message(25, function_proto(f, opt.ir_version));
+  out.put(functions.bytes);
+  out.finish();
+}
+
+uint64_t weight_bytes(const Graph& g) {
+  uint64_t n = 0;
+  for (auto& init : g.initializers) n += init.data.nbytes();
+  return n;
+}
+
+}  // namespace
+
+WriteResult write_model(const Graph& g, const std::string& path, const WriteOptions& opt) {
+  WriteResult result;
+  result.weight_bytes = weight_bytes(g);
+
+  bool external = opt.external_data == ExternalData::Always ||
+                  (opt.external_data == ExternalData::Auto &&
+                   result.weight_bytes > opt.external_data_threshold);
+  // Temporary model file now, data files under their final fresh names (the
+  // model names them), made while planning: nothing at `path` changes before
+  // files.commit().
+  OutputFiles files(path);
+  // Plan: which tensors go to the side file and at which offsets.
+  std::vector<Planned> plan = plan_initializers(g, opt, external, &files);
+  PayloadWriter payload(opt, result.weight_bytes);
   {
     FileOut out(files.model_fd(), files.model_temp_path());
-    out.put(head.bytes);
-    out.put(nodes_part.bytes);
-    for (auto& p : plan) {
-      Msg prefix;
-      uint64_t len = p.header.size() + (p.ext ? 0 : p.init->data.nbytes());
-      prefix.tag(5, wire::kLen);
-      prefix.varint(len);
-      out.put(prefix.bytes);
-      out.put(p.header.bytes);
-      if (!p.ext) payload(out, p.init->data);
-    }
-    out.put(tail.bytes);
-    Msg functions;
-    for (auto& f : g.functions) functions.message(25, function_proto(f, opt.ir_version));
-    out.put(functions.bytes);
-    out.finish();
+    put_model(out, g, opt, plan, payload);
   }
   for (size_t f = 0; f < files.data_files(); ++f) {
     DataOut out(files.data_fd(f), files.data_path(f));
@@ -666,6 +720,18 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   }
   files.commit();
   return result;
+}
+
+std::string write_model_bytes(const Graph& g, const WriteOptions& opt, uint64_t* weights) {
+  const uint64_t total = weight_bytes(g);
+  if (weights) *weights = total;
+  std::vector<Planned> plan = plan_initializers(g, opt, false, nullptr);
+  std::string bytes;
+  bytes.reserve(total + (1 << 16));
+  MemoryOut out(bytes);
+  PayloadWriter payload(opt, total);
+  put_model(out, g, opt, plan, payload);
+  return bytes;
 }
 
 }  // namespace pt2onnx

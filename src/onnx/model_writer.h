@@ -29,6 +29,10 @@ struct WriteResult {
 
 WriteResult write_model(const Graph& g, const std::string& path, const WriteOptions& opt);
 
+// The same ModelProto in memory, every initializer inline (2 GiB at most);
+// `weights` (if given) gets their byte count.
+std::string write_model_bytes(const Graph& g, const WriteOptions& opt, uint64_t* weights = nullptr);
+
 // Serialized TensorProto of a small tensor with inline raw_data (attributes).
 std::string tensor_proto_bytes(const TensorData& t, const std::string& name);
 

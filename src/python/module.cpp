@@ -74,8 +74,9 @@ nb::dict convert(
     bool inline_functions, const std::string& target, const std::string& dtype,
     const std::vector<std::string>& source_files, const std::vector<WeightTuple>& source_tensors,
     const std::map<std::string, std::vector<std::string>>& source_aliases, bool allow_unused,
-    bool convert_floats, nb::object progress, uint64_t shard_bytes) {
+    bool convert_floats, nb::object progress, uint64_t shard_bytes, bool in_memory) {
   pt2onnx::Options o;
+  o.in_memory = in_memory;
   auto t = pt2onnx::target_from_string(target);
   if (!t) throw pt2onnx::Error("target must be 'standard' or 'onnxruntime', not '" + target + "'");
   o.target = *t;
@@ -142,6 +143,8 @@ nb::dict convert(
   }
   nb::dict d;
   d["model_path"] = r.model_path;
+  d["model_bytes"] =
+      in_memory ? nb::object(nb::bytes(r.model_bytes.data(), r.model_bytes.size())) : nb::none();
   d["data_paths"] = r.data_paths;
   d["opset"] = r.opset;
   d["ir_version"] = r.ir_version;
@@ -203,7 +206,7 @@ NB_MODULE(_core, m) {
         nb::arg("source_tensors") = std::vector<WeightTuple>{},
         nb::arg("source_aliases") = std::map<std::string, std::vector<std::string>>{},
         nb::arg("allow_unused") = false, nb::arg("convert_floats") = false,
-        nb::arg("progress") = nb::none(), nb::arg("shard_bytes") = 0);
+        nb::arg("progress") = nb::none(), nb::arg("shard_bytes") = 0, nb::arg("in_memory") = false);
   m.def(
       "external_data_shards",
       [](const std::string& spec) { return pt2onnx::external_data_shards_from_string(spec); },

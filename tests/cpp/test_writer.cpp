@@ -168,3 +168,24 @@ TEST(Writer, FailureLeavesNoFile) {
   EXPECT_THROW(write_model(g, path, WriteOptions{}), Error);
   for (auto& e : fs::directory_iterator(dir.p)) ADD_FAILURE() << "left behind: " << e.path();
 }
+
+// In memory (Options::in_memory): the same bytes as a one-file model, weights
+// inline even where external data was asked for, and nothing on disk.
+TEST(Writer, InMemoryIsTheOneFileModel) {
+  TmpDir dir;
+  std::vector<float> w(1024, 0.25f);
+  w[7] = -3.0f;
+  Graph g = small_graph(w);
+  std::string path = (dir.p / "one.onnx").string();
+  WriteOptions o;
+  o.external_data = ExternalData::Never;
+  write_model(g, path, o);
+  uint64_t weights = 0;
+  o.external_data = ExternalData::Always;
+  std::string bytes = write_model_bytes(g, o, &weights);
+  EXPECT_EQ(weights, 4096u);
+  EXPECT_EQ(bytes, slurp(path));
+  auto init = decode(decode(decode(bytes).find(7)->second.bytes).find(5)->second.bytes);
+  EXPECT_EQ(init.find(9)->second.bytes.size(), 4096u);
+  EXPECT_EQ(init.count(14), 0u);  // not external
+}
