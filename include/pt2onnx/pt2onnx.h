@@ -134,6 +134,21 @@ struct Options {
   // ignored): one ModelProto, every weight inline (2 GiB at most), for
   // callers that hand it to a runtime directly (the torch.compile backend).
   bool in_memory = false;
+  // With in_memory: initializers that are a caller's weight bytes as they
+  // are (contiguous, neither converted nor folded) are not copied into the
+  // model; they are external data at location "pt2onnx:memory" and listed in
+  // Result::memory_initializers, for the caller to give its runtime the
+  // caller's own memory (onnxruntime's AddExternalInitializers).
+  bool weights_by_reference = false;
+};
+
+// An initializer left in the caller's memory (Options::weights_by_reference).
+struct MemoryInitializer {
+  std::string name;
+  const void* data = nullptr;
+  int32_t dtype = 0;  // ONNX TensorProto data type
+  std::vector<int64_t> dims;
+  uint64_t nbytes = 0;
 };
 
 // A view of one weight tensor owned by the caller (alive until convert returns).
@@ -197,8 +212,9 @@ struct ValueSummary {
 
 struct Result {
   std::string model_path;
-  std::string model_bytes;              // Options::in_memory
-  std::vector<std::string> data_paths;  // external data files written
+  std::string model_bytes;                             // Options::in_memory
+  std::vector<MemoryInitializer> memory_initializers;  // Options::weights_by_reference
+  std::vector<std::string> data_paths;                 // external data files written
   int opset = 0;
   int ir_version = 0;
   size_t nodes = 0;

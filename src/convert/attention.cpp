@@ -81,7 +81,12 @@ std::string repeat_heads(Ctx& c, const std::string& v, int64_t rep) {
   return c.b.op("Reshape", {e, c.b.const_i64(target)}, {}, ValueType{t, rs});
 }
 
-void sdpa(Ctx& c) {
+// scaled_dot_product_attention; `flash_cpu`: the op AOTAutograd dispatches it
+// to on CPU (torch.compile's graphs), _scaled_dot_product_flash_attention_for_cpu:
+// the same arguments but enable_gqa (head counts that differ are grouped
+// queries all the same), and a second output, the logsumexp of each query
+// row's scaled, masked scores (float32 for float16 / bfloat16 inputs).
+void sdpa_impl(Ctx& c, bool flash_cpu) {
   std::string q = c.tensor("query"), k = c.tensor("key"), v = c.tensor("value");
   DType t = c.dtype(q);
   const Shape& qs = *c.type(q).shape;
@@ -98,7 +103,7 @@ void sdpa(Ctx& c) {
   // The key length for the causal mask: read from the key before any head
   // repeat (its size is torch's; a repeat's Reshape would be read again).
   const std::string k_in = k;
-  if (c.flag("enable_gqa", false) && r >= 3) {
+  if ((flash_cpu || c.flag("enable_gqa", false)) && r >= 3) {
     const Dim& hq = qs[r - 3];
     const Dim& hk = ks[r - 3];
     if (!hq.is_static() || !hk.is_static()) c.fail("GQA needs static head counts");
@@ -146,6 +151,10 @@ void sdpa(Ctx& c) {
     }
     scores = c.b.op("Where", {causal, scores, c.b.scalar(t, -INFINITY)});
   }
+  if (flash_cpu) {
+    DType lse_t = t == DType::Float16 || t == DType::BFloat16 ? DType::Float : t;
+    c.set_output(1, c.reduce("ReduceLogSumExp", c.cast(scores, lse_t), {-1}, false));
+  }
   std::string p = c.b.op("Softmax", {scores}, {Attr::Int("axis", -1)});
   // A query row the mask hides entirely (a left-padded position) gets
   // softmax(-inf, ..., -inf) = NaN; torch's CPU kernels give it zeros, and a
@@ -159,12 +168,16 @@ void sdpa(Ctx& c) {
   c.set_output(0, c.b.op("MatMul", {p, v}, {}, c.out_type()));
 }
 
+void sdpa(Ctx& c) { sdpa_impl(c, false); }
+void sdpa_flash_cpu(Ctx& c) { sdpa_impl(c, true); }
+
 }  // namespace
 
 // The dropout ops themselves are in random.cpp; sdpa's dropout_p uses emit_dropout.
 void register_attention(Registry& r) {
   const std::string p = "torch.ops.aten.";
   r.add(p + "scaled_dot_product_attention.default", sdpa);
+  r.add(p + "_scaled_dot_product_flash_attention_for_cpu.default", sdpa_flash_cpu);
 }
 
 }  // namespace pt2onnx

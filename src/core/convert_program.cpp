@@ -270,7 +270,10 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
   wo.progress = options.progress;
   WriteResult w;
   if (options.in_memory)
-    r.model_bytes = stage("writing", [&] { return write_model_bytes(g, wo, &w.weight_bytes); });
+    r.model_bytes = stage("writing", [&] {
+      return write_model_bytes(g, wo, &w.weight_bytes,
+                               options.weights_by_reference ? &r.memory_initializers : nullptr);
+    });
   else
     w = stage("writing", [&] { return write_model(g, output_path, wo); });
   auto t4 = clock::now();

@@ -346,7 +346,9 @@ const std::unordered_map<std::string, InferFn>& table() {
     m["Expand"] = infer_expand;
     m["Slice"] = infer_slice;
     m["ConstantOfShape"] = infer_constant_of_shape;
-    for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"})
+    for (const char* op :
+         {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSumExp",
+          "ReduceLogSum", "ReduceSumSquare", "ReduceL1", "ReduceL2"})
       m[op] = infer_reduce;
     m["Range"] = [](const GraphBuilder& b, const Node& n) {
       return std::vector<ValueType>{ValueType{in_type(b, n, 0).dtype, Shape{Dim::unknown()}}};

@@ -514,10 +514,29 @@ struct Planned {
   Msg header;   // TensorProto without its payload (raw_data comes last)
 };
 
+// A weight still as the caller gave it: its bytes can stay where they are.
+bool caller_bytes(const TensorData& t) {
+  return t.data && !t.owned && !t.lazy() && t.src_fd < 0 && t.is_contiguous();
+}
+
+void external_entry(Msg& header, const std::string& location, uint64_t offset, uint64_t length) {
+  for (auto [k, v] : {std::pair<std::string, std::string>{"location", location},
+                      {"offset", std::to_string(offset)},
+                      {"length", std::to_string(length)}}) {
+    Msg e;
+    e.bytes_field(1, k);
+    e.bytes_field(2, v);
+    header.message(13, e);
+  }
+  header.int_field(14, 1);  // data_location = EXTERNAL
+}
+
 // Plans every initializer; `files` (null: in memory, all inline) gets the
-// data files the external ones go to.
+// data files the external ones go to; `refs` (in memory) the initializers
+// left in the caller's memory.
 std::vector<Planned> plan_initializers(const Graph& g, const WriteOptions& opt, bool external,
-                                       OutputFiles* files) {
+                                       OutputFiles* files,
+                                       std::vector<MemoryInitializer>* refs = nullptr) {
   std::vector<Planned> plan;
   plan.reserve(g.initializers.size());
   uint64_t data_end = 0;
@@ -527,7 +546,12 @@ std::vector<Planned> plan_initializers(const Graph& g, const WriteOptions& opt, 
     uint64_t nb = init.data.nbytes();
     p.ext = files && external && nb >= opt.external_min_tensor_bytes;
     tensor_header(p.header, init.data, init.name);
-    if (p.ext) {
+    if (!files && refs && nb >= opt.external_min_tensor_bytes && caller_bytes(init.data)) {
+      p.ext = true;
+      external_entry(p.header, kMemoryLocation, 0, nb);
+      refs->push_back(MemoryInitializer{init.name, init.data.data,
+                                        static_cast<int32_t>(init.data.dtype), init.data.dims, nb});
+    } else if (p.ext) {
       p.offset = (data_end + kAlign - 1) / kAlign * kAlign;
       // Shards: a tensor that would pass the limit starts the next file (one
       // larger than the limit fills a file alone: tensors are not split).
@@ -538,16 +562,7 @@ std::vector<Planned> plan_initializers(const Graph& g, const WriteOptions& opt, 
       }
       p.file = files->data_files() - 1;
       data_end = p.offset + nb;
-      for (auto [k, v] :
-           {std::pair<std::string, std::string>{"location", files->data_location(p.file)},
-            {"offset", std::to_string(p.offset)},
-            {"length", std::to_string(nb)}}) {
-        Msg e;
-        e.bytes_field(1, k);
-        e.bytes_field(2, v);
-        p.header.message(13, e);
-      }
-      p.header.int_field(14, 1);  // data_location = EXTERNAL
+      external_entry(p.header, files->data_location(p.file), p.offset, nb);
     } else {
       p.header.tag(9, wire::kLen);
       p.header.varint(nb);
@@ -722,12 +737,13 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   return result;
 }
 
-std::string write_model_bytes(const Graph& g, const WriteOptions& opt, uint64_t* weights) {
+std::string write_model_bytes(const Graph& g, const WriteOptions& opt, uint64_t* weights,
+                              std::vector<MemoryInitializer>* refs) {
   const uint64_t total = weight_bytes(g);
   if (weights) *weights = total;
-  std::vector<Planned> plan = plan_initializers(g, opt, false, nullptr);
+  std::vector<Planned> plan = plan_initializers(g, opt, false, nullptr, refs);
   std::string bytes;
-  bytes.reserve(total + (1 << 16));
+  bytes.reserve((refs ? 0 : total) + (1 << 16));
   MemoryOut out(bytes);
   PayloadWriter payload(opt, total);
   put_model(out, g, opt, plan, payload);

@@ -29,9 +29,15 @@ struct WriteResult {
 
 WriteResult write_model(const Graph& g, const std::string& path, const WriteOptions& opt);
 
+// The location external initializers left in the caller's memory name.
+inline constexpr const char* kMemoryLocation = "pt2onnx:memory";
+
 // The same ModelProto in memory, every initializer inline (2 GiB at most);
-// `weights` (if given) gets their byte count.
-std::string write_model_bytes(const Graph& g, const WriteOptions& opt, uint64_t* weights = nullptr);
+// `weights` (if given) gets their byte count. With `refs`, initializers that
+// view caller memory as they are become external (kMemoryLocation) and are
+// listed there instead (see Options::weights_by_reference).
+std::string write_model_bytes(const Graph& g, const WriteOptions& opt, uint64_t* weights = nullptr,
+                              std::vector<MemoryInitializer>* refs = nullptr);
 
 // Serialized TensorProto of a small tensor with inline raw_data (attributes).
 std::string tensor_proto_bytes(const TensorData& t, const std::string& name);

@@ -62,21 +62,25 @@ nb::list ops_list(const std::vector<pt2onnx::UnsupportedOp>& ops) {
   return l;
 }
 
-nb::dict convert(
-    nb::object program, const std::vector<WeightTuple>& weights, const std::string& output_path,
-    int opset, bool optimize, const std::string& external_data,
-    const std::vector<std::string>& input_names, const std::vector<std::string>& output_names,
-    const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
-    const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names,
-    const std::string& fallback, const CustomFunctions& custom_functions,
-    const std::map<std::string, int64_t>& custom_opsets, const std::string& training,
-    bool all_modules_as_functions, const std::vector<std::string>& modules_as_functions,
-    bool inline_functions, const std::string& target, const std::string& dtype,
-    const std::vector<std::string>& source_files, const std::vector<WeightTuple>& source_tensors,
-    const std::map<std::string, std::vector<std::string>>& source_aliases, bool allow_unused,
-    bool convert_floats, nb::object progress, uint64_t shard_bytes, bool in_memory) {
+nb::dict convert(nb::object program, const std::vector<WeightTuple>& weights,
+                 const std::string& output_path, int opset, bool optimize,
+                 const std::string& external_data, const std::vector<std::string>& input_names,
+                 const std::vector<std::string>& output_names,
+                 const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
+                 const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names,
+                 const std::string& fallback, const CustomFunctions& custom_functions,
+                 const std::map<std::string, int64_t>& custom_opsets, const std::string& training,
+                 bool all_modules_as_functions,
+                 const std::vector<std::string>& modules_as_functions, bool inline_functions,
+                 const std::string& target, const std::string& dtype,
+                 const std::vector<std::string>& source_files,
+                 const std::vector<WeightTuple>& source_tensors,
+                 const std::map<std::string, std::vector<std::string>>& source_aliases,
+                 bool allow_unused, bool convert_floats, nb::object progress, uint64_t shard_bytes,
+                 bool in_memory, bool weights_by_reference) {
   pt2onnx::Options o;
   o.in_memory = in_memory;
+  o.weights_by_reference = weights_by_reference;
   auto t = pt2onnx::target_from_string(target);
   if (!t) throw pt2onnx::Error("target must be 'standard' or 'onnxruntime', not '" + target + "'");
   o.target = *t;
@@ -145,6 +149,11 @@ nb::dict convert(
   d["model_path"] = r.model_path;
   d["model_bytes"] =
       in_memory ? nb::object(nb::bytes(r.model_bytes.data(), r.model_bytes.size())) : nb::none();
+  nb::list refs;  // (initializer, address, ONNX dtype, dims, bytes)
+  for (auto& m : r.memory_initializers)
+    refs.append(
+        nb::make_tuple(m.name, reinterpret_cast<uintptr_t>(m.data), m.dtype, m.dims, m.nbytes));
+  d["memory_initializers"] = refs;
   d["data_paths"] = r.data_paths;
   d["opset"] = r.opset;
   d["ir_version"] = r.ir_version;
@@ -206,7 +215,8 @@ NB_MODULE(_core, m) {
         nb::arg("source_tensors") = std::vector<WeightTuple>{},
         nb::arg("source_aliases") = std::map<std::string, std::vector<std::string>>{},
         nb::arg("allow_unused") = false, nb::arg("convert_floats") = false,
-        nb::arg("progress") = nb::none(), nb::arg("shard_bytes") = 0, nb::arg("in_memory") = false);
+        nb::arg("progress") = nb::none(), nb::arg("shard_bytes") = 0, nb::arg("in_memory") = false,
+        nb::arg("weights_by_reference") = false);
   m.def(
       "external_data_shards",
       [](const std::string& spec) { return pt2onnx::external_data_shards_from_string(spec); },

@@ -189,3 +189,40 @@ TEST(Writer, InMemoryIsTheOneFileModel) {
   EXPECT_EQ(init.find(9)->second.bytes.size(), 4096u);
   EXPECT_EQ(init.count(14), 0u);  // not external
 }
+
+// Weights by reference: an initializer viewing the caller's bytes as they are
+// stays there (external, location pt2onnx:memory, listed with its address);
+// one the converter made (owned) is written inline.
+TEST(Writer, InMemoryLeavesCallerWeightsWhereTheyAre) {
+  std::vector<float> w(1024, 0.5f);
+  Graph g = small_graph(w);
+  g.initializers.push_back(Initializer{
+      "made", TensorData::from_vector<float>(DType::Float, {256}, std::vector<float>(256, 2.0f))});
+  WriteOptions o;
+  std::vector<MemoryInitializer> refs;
+  std::string bytes = write_model_bytes(g, o, nullptr, &refs);
+  ASSERT_EQ(refs.size(), 1u);
+  EXPECT_EQ(refs[0].name, "layer.weight");
+  EXPECT_EQ(refs[0].data, static_cast<const void*>(w.data()));
+  EXPECT_EQ(refs[0].nbytes, 4096u);
+  EXPECT_EQ(refs[0].dims, (std::vector<int64_t>{1024}));
+  EXPECT_EQ(refs[0].dtype, 1);
+  auto graph = decode(decode(bytes).find(7)->second.bytes);
+  int external = 0, inline_ = 0;
+  for (auto it = graph.lower_bound(5); it != graph.upper_bound(5); ++it) {
+    auto t = decode(it->second.bytes);
+    if (t.count(14)) {
+      ++external;
+      EXPECT_EQ(t.find(8)->second.bytes, "layer.weight");
+      EXPECT_EQ(t.count(9), 0u);
+      auto kv = decode(t.lower_bound(13)->second.bytes);
+      EXPECT_EQ(kv.find(2)->second.bytes, kMemoryLocation);
+    } else {
+      ++inline_;
+      EXPECT_EQ(t.find(9)->second.bytes.size(), 1024u);
+    }
+  }
+  EXPECT_EQ(external, 1);
+  EXPECT_EQ(inline_, 1);
+  EXPECT_LT(bytes.size(), 2048u);  // the caller's 4 KiB are not in it
+}
