@@ -1,0 +1,324 @@
+"""torch.compile(backend="pt2onnx") against eager PyTorch and backend="inductor",
+and against the same models run in onnxruntime directly. Writes
+bench/compile_backend.{md,json}.
+
+    python bench/compile_backend.py [MODEL ...]     # resnet50 bert_base llama
+
+Models (library definitions, random weights): torchvision's ResNet-50 (batch 1,
+224x224), transformers' BERT-base (BertConfig() defaults, batch 1, 128
+tokens), a transformers LLaMA (hidden 512, 8 layers, 8 heads / 4 KV heads,
+vocab 32000; 64M parameters) with a StaticCache of 256 positions: prefill of
+64 tokens, then decode steps of one token.
+
+Every (model, way) runs in a fresh process with fresh inductor caches
+(TORCHINDUCTOR_CACHE_DIR in a new temporary directory), torch and
+onnxruntime on 2 threads. Modules are imported before timing (onnxruntime
+and pt2onnx too; dynamo would import pt2onnx on its first call).
+- first call: wall time of the model's first call (prefill for the LLaMA)
+  or, for the decode row, of the first decode step (its own graph);
+- steady: median of the calls after 3 warm-ups (interleaved runs are not
+  possible across processes; each process runs alone);
+- pt2onnx's share of the first call: AOTAutograd (torch's functional ATen
+  trace, which inductor runs too), conversion (the graph described as a
+  program, the C++ pipeline in memory) and session creation, from
+  pt2onnx.dynamo_backend.stats(); "dynamo" is the time from the call to
+  the backend's entry (dynamo's bytecode capture and guards);
+- onnxruntime direct: the ONNX model the backend made for that graph (its
+  bytes and the weights it left in PyTorch's memory), in a new
+  InferenceSession fed the same inputs as numpy arrays: what the backend's own per-call path (dynamo's guards,
+  AOTAutograd's runtime wrapper, DLPack in and out) adds; for ResNet-50 and
+  BERT also the file pt2onnx.export writes for the model (same opset and
+  target), run the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+THREADS = 2
+MODELS = ["resnet50", "bert_base", "llama"]
+WAYS = ["eager", "inductor", "pt2onnx"]
+MAX_CACHE = 256
+PREFILL = 64
+
+
+def build(name):
+    import torch
+
+    torch.manual_seed(0)
+    if name == "resnet50":
+        sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+        from opinfo_harness import hide_torchvision_ops
+
+        hide_torchvision_ops()
+        import torchvision.models as tvm
+
+        m = tvm.resnet50(weights=None).eval()
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.1, 0.1)
+                mod.running_var.uniform_(0.5, 1.5)
+        return m, lambda i: ((torch.randn(1, 3, 224, 224),), {})
+    import pt2onnx.hf
+
+    pt2onnx.hf.prepare()
+    if name == "bert_base":
+        from transformers import BertConfig, BertModel
+
+        m = BertModel(BertConfig()).eval()
+
+        def inputs(i):
+            ids = torch.randint(0, 30522, (1, 128))
+            return (), {"input_ids": ids, "attention_mask": torch.ones(1, 128, dtype=torch.long)}
+
+        return m, inputs
+    if name == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cfg = LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1408,
+                          num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4,
+                          max_position_embeddings=1024)
+        return LlamaForCausalLM(cfg).eval(), None
+    raise KeyError(name)
+
+
+def _median_ms(fn, n):
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
+def child(name, way, out_dir):
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    import pt2onnx
+    from pt2onnx import dynamo_backend
+
+    torch.set_num_threads(THREADS)
+    model, inputs = build(name)
+    last_call = []  # (session, feeds) of the backend's latest onnxruntime run
+    backend_run = dynamo_backend._run
+
+    def recording_run(session, feeds_at, out_names, args):
+        last_call[:] = [(session, feeds_at, args)]
+        return backend_run(session, feeds_at, out_names, args)
+
+    backend_run_in_place = dynamo_backend._run_in_place
+
+    def recording_run_in_place(session, feeds_at, out_names, args, in_place):
+        last_call[:] = [(session, feeds_at, args)]
+        return backend_run_in_place(session, feeds_at, out_names, args, in_place)
+
+    dynamo_backend._run = recording_run
+    dynamo_backend._run_in_place = recording_run_in_place
+    opts = {"session_options": {"intra_op_num_threads": THREADS, "inter_op_num_threads": 1}}
+    if way == "eager":
+        fn = model
+    elif way == "inductor":
+        fn = torch.compile(model, backend="inductor")
+    else:
+        fn = torch.compile(model, backend="pt2onnx", options=opts)
+    rep = {"model": name, "way": way}
+
+    def graphs_since(t0):
+        return [s for s in dynamo_backend.stats() if s.entered >= t0]
+
+    def breakdown(t0, first_s):
+        gs = graphs_since(t0)
+        if not gs:
+            return {}
+        d = {"graphs": len(gs), "nodes": sum(g.nodes for g in gs),
+             "dynamo_s": gs[0].entered - t0, "aot_s": sum(g.aot for g in gs),
+             "convert_s": sum(g.convert for g in gs), "session_s": sum(g.session for g in gs),
+             "cpp_s": sum(sum(g.timings.values()) for g in gs)}
+        d["convert_share"] = d["convert_s"] / first_s
+        return d
+
+    with torch.inference_mode():
+        if name != "llama":
+            args, kwargs = inputs(0)
+            t0 = time.perf_counter()
+            fn(*args, **kwargs)
+            rep["first_s"] = time.perf_counter() - t0
+            rep.update(breakdown(t0, rep["first_s"]))
+            for _ in range(3):
+                fn(*args, **kwargs)
+            rep["steady_ms"] = _median_ms(lambda: fn(*args, **kwargs), 30)
+            if way == "pt2onnx":
+                ref = model(*args, **kwargs)
+                got = fn(*args, **kwargs)
+                a = ref if isinstance(ref, torch.Tensor) else ref[0]
+                b = got if isinstance(got, torch.Tensor) else got[0]
+                rep["max_abs_diff"] = float((a - b).abs().max())
+                rep["direct_ms"] = _direct(last_call)
+                f = os.path.join(out_dir, "export.onnx")
+                pt2onnx.export(model, args, f, kwargs=kwargs, target="onnxruntime",
+                               opset=pt2onnx.DEFAULT_OPSET)
+                rep["export_direct_ms"] = _run_file(f, list(args) + list(kwargs.values()))
+        else:
+            from transformers import StaticCache
+
+            cache = StaticCache(config=model.config, max_cache_len=MAX_CACHE)
+            ids = torch.randint(0, 32000, (1, PREFILL))
+            pos = torch.arange(PREFILL)
+            t0 = time.perf_counter()
+            logits = fn(input_ids=ids, past_key_values=cache, cache_position=pos).logits
+            rep["first_s"] = time.perf_counter() - t0
+            rep.update(breakdown(t0, rep["first_s"]))
+            nxt = logits[:, -1:].argmax(-1)
+            t0 = time.perf_counter()
+            fn(input_ids=nxt, past_key_values=cache, cache_position=torch.tensor([PREFILL]))
+            rep["decode_first_s"] = time.perf_counter() - t0
+            rep["decode"] = breakdown(t0, rep["decode_first_s"])
+            step = [PREFILL + 1]
+
+            def decode():
+                fn(input_ids=nxt, past_key_values=cache, cache_position=torch.tensor([step[0]]))
+                step[0] += 1
+
+            for _ in range(3):
+                decode()
+            rep["decode_steady_ms"] = _median_ms(decode, 60)
+            decode_call = list(last_call)
+            times = []
+            for k in range(22):  # a prefill fills positions 0..63 of a fresh cache
+                cache.reset()
+                t = time.perf_counter()
+                fn(input_ids=ids, past_key_values=cache, cache_position=pos)
+                if k >= 2:
+                    times.append(time.perf_counter() - t)
+            rep["steady_ms"] = statistics.median(times) * 1000
+            rep["graphs_total"] = len(dynamo_backend.stats()) if way == "pt2onnx" else None
+            if way == "pt2onnx":
+                rep["direct_ms"] = _direct(last_call)
+                rep["decode_direct_ms"] = _direct(decode_call, 60)
+    print(json.dumps(rep))
+
+
+def _session(path, held=None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = THREADS
+    so.inter_op_num_threads = 1
+    if held:  # the weights the backend's model leaves in PyTorch's memory
+        so.add_external_initializers(list(held), [v for v, _ in held.values()])
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def _run_file(path, values):
+    s = _session(path)
+    feeds = {i.name: v.numpy() for i, v in zip(s.get_inputs(), values)}
+    for _ in range(3):
+        s.run(None, feeds)
+    return _median_ms(lambda: s.run(None, feeds), 30)
+
+
+def _direct(last_call, n=30):
+    """The model of the backend's latest onnxruntime run, in a new session of
+    its own, fed the same values as numpy arrays."""
+    import numpy as np
+    import torch
+
+    session, feeds_at, args = last_call[0]
+    feeds = {name: (args[i].numpy() if isinstance(args[i], torch.Tensor) else
+                    np.array(args[i], dtype=np.int64)) for name, i in feeds_at}
+    s = _session(session._model_bytes, getattr(session, "_pt2onnx_weights", None))
+    for _ in range(3):
+        s.run(None, feeds)
+    return _median_ms(lambda: s.run(None, feeds), n)
+
+
+def main(models):
+    results = []
+    for name in models:
+        for way in WAYS:
+            with tempfile.TemporaryDirectory(prefix="pt2onnx-cb-") as d:
+                env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(d, "inductor"),
+                           OMP_NUM_THREADS=str(THREADS))
+                out = subprocess.run([sys.executable, __file__, "--child", name, way, d],
+                                     env=env, capture_output=True, text=True)
+                if out.returncode != 0:
+                    print(out.stderr[-3000:], file=sys.stderr)
+                    results.append({"model": name, "way": way, "error": out.stderr[-500:]})
+                    continue
+                rep = json.loads(out.stdout.strip().splitlines()[-1])
+                print(json.dumps(rep), flush=True)
+                results.append(rep)
+    with open(os.path.join(HERE, "compile_backend.json"), "w") as fh:
+        json.dump(results, fh, indent=1)
+    write_md(results)
+
+
+def write_md(results):
+    import torch
+
+    import onnxruntime
+
+    lines = [
+        "# torch.compile(backend=\"pt2onnx\") vs eager and inductor",
+        "",
+        f"`python bench/compile_backend.py` (torch {torch.__version__}, onnxruntime "
+        f"{onnxruntime.__version__}, {THREADS} threads, one fresh process per row, fresh inductor "
+        "cache; see the script's docstring for what each column is).",
+        "",
+        "| model | way | first call (s) | steady (ms) | ORT direct, backend's model (ms) | "
+        "ORT direct, pt2onnx.export file (ms) | steady / direct |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def f(v, fmt):
+        return "" if v is None else fmt.format(v)
+
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['way']} | failed: {r['error'][-120:]!r} | | | | |")
+            continue
+        rows = [("", r.get("first_s"), r.get("steady_ms"), r.get("direct_ms"),
+                 r.get("export_direct_ms"))]
+        if r["model"] == "llama":
+            rows = [(" prefill 64", r.get("first_s"), r.get("steady_ms"), r.get("direct_ms"),
+                     None),
+                    (" decode 1", r.get("decode_first_s"), r.get("decode_steady_ms"),
+                     r.get("decode_direct_ms"), None)]
+        for suffix, first, steady, direct, exp in rows:
+            ratio = steady / direct if (direct and steady) else None
+            lines.append(f"| {r['model']}{suffix} | {r['way']} | {f(first, '{:.2f}')} | "
+                         f"{f(steady, '{:.2f}')} | {f(direct, '{:.2f}')} | {f(exp, '{:.2f}')} | "
+                         f"{f(ratio, '{:.2f}x')} |")
+    lines += ["", "pt2onnx's share of the first call (seconds; convert = graph described + C++ "
+              "pipeline in memory, of which C++):", "",
+              "| model | graphs | FX nodes | dynamo | AOTAutograd | convert | of which C++ | "
+              "session | convert / first call |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r["way"] != "pt2onnx" or "error" in r:
+            continue
+        for label, d, first in ((r["model"] + (" prefill" if r["model"] == "llama" else ""), r,
+                                 r.get("first_s")),
+                                ("llama decode", r.get("decode"), r.get("decode_first_s"))):
+            if not d or "graphs" not in d:
+                continue
+            lines.append(f"| {label} | {d['graphs']} | {d['nodes']} | {d['dynamo_s']:.2f} | "
+                         f"{d['aot_s']:.2f} | {d['convert_s']:.3f} | {d['cpp_s']:.3f} | "
+                         f"{d['session_s']:.2f} | {100 * d['convert_s'] / first:.1f}% |")
+    with open(os.path.join(HERE, "compile_backend.md"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(*sys.argv[2:5])
+    else:
+        main(sys.argv[1:] or MODELS)
