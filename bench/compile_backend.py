@@ -111,15 +111,15 @@ def child(name, way, out_dir):
     last_call = []  # (session, feeds) of the backend's latest onnxruntime run
     backend_run = dynamo_backend._run
 
-    def recording_run(session, feeds_at, out_names, args):
+    def recording_run(session, feeds_at, out_names, args, values=None):
         last_call[:] = [(session, feeds_at, args)]
-        return backend_run(session, feeds_at, out_names, args)
+        return backend_run(session, feeds_at, out_names, args, values)
 
     backend_run_in_place = dynamo_backend._run_in_place
 
-    def recording_run_in_place(session, feeds_at, out_names, args, in_place):
+    def recording_run_in_place(session, feeds_at, out_names, args, in_place, values=None):
         last_call[:] = [(session, feeds_at, args)]
-        return backend_run_in_place(session, feeds_at, out_names, args, in_place)
+        return backend_run_in_place(session, feeds_at, out_names, args, in_place, values)
 
     dynamo_backend._run = recording_run
     dynamo_backend._run_in_place = recording_run_in_place

@@ -279,6 +279,7 @@ class _OrtGraph:
                     and len(ph.users) == 1 and _same_meta(node, ph)):
                 self.in_place[k] = i
         self.session = None
+        self.values: dict = {}  # argument index -> (tensor, address, OrtValue): see _ortvalue
         self.lock = threading.Lock()
         _normalize_meta(fx_g)
 
@@ -376,12 +377,14 @@ class _OrtGraph:
             self._ensure(args)
             session, feeds_at, out_names = self.session, self.feed_names, self.out_names
         if self.in_place and not self.opts.debug:
-            outs = _run_in_place(session, feeds_at, out_names, args, self.in_place)
+            outs = _run_in_place(session, feeds_at, out_names, args, self.in_place,
+                                 self.values)
             outs = [o if isinstance(o, torch.Tensor) and k in self.in_place else _as_output(o, v)
                     for k, (o, v) in enumerate(zip(outs, self.output_vals))]
         else:
             outs = [_as_output(o, v)
-                    for o, v in zip(_run(session, feeds_at, out_names, args), self.output_vals)]
+                    for o, v in zip(_run(session, feeds_at, out_names, args, self.values),
+                                    self.output_vals)]
         if self.opts.debug:
             self._compare_with_eager(args, outs)
         return outs[0] if self.single else outs
@@ -582,13 +585,29 @@ def _weights(ep):
     return _weight_views(ep)
 
 
-def _run(session, feeds_at, out_names, args):
+def _run(session, feeds_at, out_names, args, values=None):
     """One onnxruntime run: tensors in and out through DLPack (no copies on
-    CPU), Python scalars as 0-d arrays."""
-    return session._sess.run_with_ort_values(_feeds(feeds_at, args), out_names, None)
+    CPU), Python scalars as 0-d tensors."""
+    return session._sess.run_with_ort_values(_feeds(feeds_at, args, values), out_names, None)
 
 
-def _feeds(feeds_at, args) -> dict:
+def _ortvalue(a: torch.Tensor, i: int, values: dict | None):
+    """The OrtValue of tensor argument i: through DLPack, which keeps the
+    tensor alive; remembered in `values` while argument i is that tensor at
+    that address (a KV cache passed on every call)."""
+    from onnxruntime.capi import _pybind_state as C
+
+    if values is not None:
+        hit = values.get(i)
+        if hit is not None and hit[0] is a and hit[1] == a.data_ptr():
+            return hit[2]
+    v = C.OrtValue.from_dlpack(a.detach().__dlpack__())
+    if values is not None:
+        values[i] = (a, a.data_ptr(), v)
+    return v
+
+
+def _feeds(feeds_at, args, values=None) -> dict:
     from onnxruntime.capi import _pybind_state as C
 
     feeds = {}
@@ -597,27 +616,27 @@ def _feeds(feeds_at, args) -> dict:
         if not isinstance(a, torch.Tensor):  # a SymInt's value (or a float / bool)
             a = torch.tensor(a, dtype=torch.bool if isinstance(a, bool) else
                              torch.float32 if isinstance(a, float) else torch.int64)
+            feeds[name] = C.OrtValue.from_dlpack(a.__dlpack__())
         elif not a.is_contiguous():
-            a = a.contiguous()
-        # The OrtValue keeps the tensor alive (DLPack's deleter releases it).
-        feeds[name] = C.OrtValue.from_dlpack(a.detach().__dlpack__())
+            feeds[name] = C.OrtValue.from_dlpack(a.detach().contiguous().__dlpack__())
+        else:
+            feeds[name] = _ortvalue(a, i, values)
     return feeds
 
 
-def _run_in_place(session, feeds_at, out_names, args, in_place):
+def _run_in_place(session, feeds_at, out_names, args, in_place, values=None):
     """_run, with output k written into the buffer of input in_place[k] and
     returned as that very tensor."""
     from onnxruntime.capi import _pybind_state as C
 
-    feeds = _feeds(feeds_at, args)
     io = C.SessionIOBinding(session._sess)
-    for name, v in feeds.items():
+    for name, v in _feeds(feeds_at, args, values).items():
         io.bind_ortvalue_input(name, v)
     cpu = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
     for k, name in enumerate(out_names):
         i = in_place.get(k)
         if i is not None and args[i].is_contiguous():
-            io.bind_ortvalue_output(name, C.OrtValue.from_dlpack(args[i].detach().__dlpack__()))
+            io.bind_ortvalue_output(name, _ortvalue(args[i], i, values))
         else:
             io.bind_output(name, cpu)
     session._sess.run_with_iobinding(io, None)

@@ -59,6 +59,9 @@ const std::vector<std::pair<const char*, FusionPass>>& fusions() {
   // First the shape / index arithmetic: it only removes nodes, and leaves
   // the fusions after it plainer masks and indices.
   static const std::vector<std::pair<const char*, FusionPass>> kFusions = {
+      // The Linear layers torch.compile's graphs flatten, as the fusions
+      // expect them (MatMul + Add).
+      {"unflatten_gemm", unflatten_gemm},
       {"fold_shape_arithmetic", fold_shape_arithmetic},
       {"fuse_layer_norm", fuse_layer_norm},
       {"fuse_rms_norm", fuse_rms_norm},

@@ -45,6 +45,9 @@ size_t fuse_rotary(Graph& g, const PassOptions& o);
 size_t fuse_gelu(Graph& g, const PassOptions& o);
 size_t fuse_matmul_transpose(Graph& g, const PassOptions& o);
 size_t fuse_gemm(Graph& g, const PassOptions& o);
+// Reshape -> Gemm -> Reshape (a Linear on rank > 2 input, as AOTAutograd
+// writes it) back to MatMul + Add, before the fusions (unflatten_gemm.cpp).
+size_t unflatten_gemm(Graph& g, const PassOptions& o);
 size_t fuse_packed_qkv(Graph& g, const PassOptions& o);
 
 // The graph's float32 values, weights and computation in float16 or bfloat16

@@ -447,3 +447,74 @@ TEST(FuseMatMulTranspose, NearMissesLeftAlone) {
     EXPECT_FLOAT_EQ(find_op(g, "FusedMatMul")->attr("alpha")->f, 1.0f);
   }
 }
+
+// ---- unflatten_gemm
+
+namespace {
+// x [b, 3, 4] -> Reshape [-1, 4] -> Gemm(w [4, 6], bias [6]) -> Reshape to `out`.
+struct Flattened {
+  GraphBuilder b{18};
+  std::string gemm;
+  explicit Flattened(std::vector<Attr> gemm_attrs = {}) {
+    b.add_input("x", f32({Dim::symbol("b"), Dim::of(3), Dim::of(4)}));
+    std::string w = b.initializer(
+        "w", TensorData::from_vector(DType::Float, {4, 6}, std::vector<float>(24, 1)));
+    std::string bias =
+        b.initializer("bias", TensorData::from_vector(DType::Float, {6}, std::vector<float>(6, 2)));
+    std::string flat =
+        b.op("Reshape", {"x", b.const_i64({-1, 4})}, {}, f32({Dim::symbol("b3"), Dim::of(4)}));
+    gemm =
+        b.op("Gemm", {flat, w, bias}, std::move(gemm_attrs), f32({Dim::symbol("b3"), Dim::of(6)}));
+  }
+  Graph done(std::vector<int64_t> shape, ValueType out) {
+    std::string y = b.op("Reshape", {gemm, b.const_i64(shape)}, {}, out);
+    b.add_output(y, b.type(y));
+    return b.take();
+  }
+};
+}  // namespace
+
+TEST(UnflattenGemm, FlattenedLinearBecomesMatMulAdd) {
+  Flattened t;
+  Graph g = t.done({0, 3, 6}, f32({Dim::symbol("b"), Dim::of(3), Dim::of(6)}));
+  EXPECT_EQ(fuse(g, unflatten_gemm, kOrt18), 1u);
+  EXPECT_EQ(count_op(g, "Gemm"), 0u);
+  EXPECT_EQ(count_op(g, "Reshape"), 0u);
+  const Node* mm = find_op(g, "MatMul");
+  ASSERT_TRUE(mm);
+  EXPECT_EQ(mm->inputs, (std::vector<std::string>{"x", "w"}));
+  const Node* add = find_op(g, "Add");
+  ASSERT_TRUE(add);
+  EXPECT_EQ(add->inputs[0], mm->outputs[0]);
+  EXPECT_EQ(add->inputs[1], "bias");
+  EXPECT_EQ(add->outputs[0], g.outputs[0].name);
+}
+
+TEST(UnflattenGemm, PerHeadViewKeepsItsReshape) {
+  Flattened t;  // [b, 3, 6] viewed as [b, 3, 2, 3] at once
+  Graph g = t.done({0, 3, 2, 3}, f32({Dim::symbol("b"), Dim::of(3), Dim::of(2), Dim::of(3)}));
+  EXPECT_EQ(fuse(g, unflatten_gemm, kStd18), 1u);
+  EXPECT_EQ(count_op(g, "Gemm"), 0u);
+  ASSERT_EQ(count_op(g, "Reshape"), 1u);
+  EXPECT_EQ(find_op(g, "Reshape")->inputs[0], find_op(g, "Add")->outputs[0]);
+  const ValueType& flat = g.types.at(find_op(g, "Add")->outputs[0]);
+  EXPECT_EQ(*flat.shape, Shape({Dim::symbol("b"), Dim::of(3), Dim::of(6)}));
+}
+
+TEST(UnflattenGemm, NearMissesLeftAlone) {
+  {  // transB: the weight is not W^T already
+    Flattened t({Attr::Int("transB", 1)});
+    Graph g = t.done({0, 3, 4}, f32({Dim::symbol("b"), Dim::of(3), Dim::of(4)}));
+    EXPECT_EQ(fuse(g, unflatten_gemm, kStd18), 0u);
+  }
+  {  // alpha != 1
+    Flattened t({Attr::Float("alpha", 2.0f)});
+    Graph g = t.done({0, 3, 6}, f32({Dim::symbol("b"), Dim::of(3), Dim::of(6)}));
+    EXPECT_EQ(fuse(g, unflatten_gemm, kStd18), 0u);
+  }
+  {  // leading dims not x's ([3, b, 6] from [b, 3, 6])
+    Flattened t;
+    Graph g = t.done({3, -1, 6}, f32({Dim::of(3), Dim::symbol("b"), Dim::of(6)}));
+    EXPECT_EQ(fuse(g, unflatten_gemm, kStd18), 0u);
+  }
+}

@@ -340,3 +340,37 @@ def test_flash_attention_for_cpu_converts_with_its_logsumexp(causal, mask, tmp_p
     want = M()(*new)
     for g, w in zip(got, want):
         torch.testing.assert_close(torch.from_numpy(g), w, atol=1e-5, rtol=1e-5)
+
+
+def test_compiled_encoder_is_fused_as_its_export(tmp_path):
+    """AOTAutograd writes Linear on [B, T, K] as view -> addmm -> view and SDPA
+    as the CPU flash kernel: the graph still gets export()'s fusions
+    (MultiHeadAttention, BiasGelu, SkipLayerNormalization; no Gemm left) and
+    matches eager."""
+    import collections
+
+    import onnx
+
+    import pt2onnx.hf
+
+    pt2onnx.hf.prepare()
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64)
+    m = BertModel(cfg).eval()
+    ids = torch.randint(0, 128, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[0, -2:] = 0
+    before = len(dynamo_backend.stats())
+    c = torch.compile(m, backend="pt2onnx", options={"save_dir": str(tmp_path)})
+    with torch.no_grad():
+        got = c(input_ids=ids, attention_mask=mask).last_hidden_state
+        want = m(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    g = _new_graphs(before)[0]
+    ops = collections.Counter(n.op_type for n in onnx.load(
+        str(tmp_path / f"graph_{g.graph}.onnx")).graph.node)
+    assert ops["MultiHeadAttention"] == 2 and ops["BiasGelu"] == 2, ops
+    assert ops["SkipLayerNormalization"] >= 4 and ops["Gemm"] <= 1, ops  # the pooler's is 2-D
