@@ -298,7 +298,7 @@ class _OrtGraph:
         t0 = time.perf_counter()
         consts = [i for i, ok in enumerate(self.constant_ok)
                   if ok and isinstance(args[i], torch.Tensor)]
-        ep = _exported_program(self.gm, self.placeholders, consts, args, self.shape_env)
+        ep = _exported_program(self.gm, consts, args, self.shape_env)
         program = program_tree(ep)
         self.user = [i for i in range(len(self.placeholders)) if i not in set(consts)]
         input_names = [f"input_{k}" for k in range(len(self.user))]
@@ -490,10 +490,13 @@ def _normalize_meta(fx_g) -> None:
                 for k, (path, t) in stack.items()}
 
 
-def _exported_program(gm, placeholders, consts, args, shape_env):
+def _exported_program(gm, consts, args, shape_env):
     """The graph as an ExportedProgram: placeholders in `consts` are
     parameters (nn.Parameter) or buffers holding `args`' tensors, the others
-    user inputs (tensors, or SymInts: int64 scalars); outputs user outputs."""
+    user inputs (tensors, or SymInts: int64 scalars); tensors the graph reads
+    as attributes (AOTAutograd's `_tensor_constant`s) constants; outputs user
+    outputs. The program gets a copy of the graph (constants lifted to
+    placeholders there): `gm` stays as compiled."""
     from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
     from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec,
                                               OutputKind, OutputSpec, SymBoolArgument,
@@ -509,8 +512,26 @@ def _exported_program(gm, placeholders, consts, args, shape_env):
             return SymFloatArgument(name)
         return TensorArgument(name)
 
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    specs, state, constants = [], {}, {}
+    first = next(iter(graph.nodes))
+    for n in [n for n in graph.nodes if n.op == "get_attr"]:
+        value = gm
+        for part in n.target.split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor):
+            continue
+        with graph.inserting_before(first):
+            ph = graph.placeholder(f"lifted_{n.target.replace('.', '_')}")
+        ph.meta = dict(n.meta)
+        n.replace_all_uses_with(ph)
+        graph.erase_node(n)
+        specs.append(InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(ph.name),
+                               target=n.target))
+        constants[n.target] = value
     const_set = set(consts)
-    specs, state = [], {}
     for i, ph in enumerate(placeholders):
         if i in const_set:
             name = f"w{i}"
@@ -524,7 +545,7 @@ def _exported_program(gm, placeholders, consts, args, shape_env):
         else:
             specs.append(InputSpec(InputKind.USER_INPUT, argument(ph.name, ph.meta.get("val")),
                                    target=None))
-    out = next(n for n in gm.graph.nodes if n.op == "output")
+    out = next(n for n in graph.nodes if n.op == "output")
     out_specs = [OutputSpec(OutputKind.USER_OUTPUT, argument(o.name, o.meta.get("val")),
                             target=None) for o in out.args[0]]
     n_user = len(placeholders) - len(const_set)
@@ -538,12 +559,12 @@ def _exported_program(gm, placeholders, consts, args, shape_env):
             dims = v.shape if isinstance(v, torch.Tensor) else [v]
             for d in dims:
                 if isinstance(d, torch.SymInt):
-                    for s in d.node.expr.free_symbols:
-                        if s in shape_env.var_to_range:
-                            ranges[s] = shape_env.var_to_range[s]
+                    for sym in d.node.expr.free_symbols:
+                        if sym in shape_env.var_to_range:
+                            ranges[sym] = shape_env.var_to_range[sym]
     return torch.export.ExportedProgram(
-        root=gm, graph=gm.graph, graph_signature=ExportGraphSignature(specs, out_specs),
-        state_dict=state, range_constraints=ranges, module_call_graph=mcg)
+        root=gm, graph=graph, graph_signature=ExportGraphSignature(specs, out_specs),
+        state_dict=state, range_constraints=ranges, module_call_graph=mcg, constants=constants)
 
 
 # ONNX TensorProto data types -> torch dtypes (initializers left in memory).
@@ -740,7 +761,7 @@ def _partitioned(fx_g, constant_ok, shape_env, opts: _Options, st: GraphStats):
 
     _normalize_meta(fx_g)
     placeholders = [n for n in fx_g.graph.nodes if n.op == "placeholder"]
-    ep = _exported_program(fx_g, placeholders, [], [], shape_env)
+    ep = _exported_program(fx_g, [], [], shape_env)
     unsupported = {op["target"]: op for op in _core.unsupported_ops(
         program_tree(ep), opts.opset, opts.custom_functions)}
     if not unsupported:
@@ -756,11 +777,9 @@ def _partitioned(fx_g, constant_ok, shape_env, opts: _Options, st: GraphStats):
         def is_node_supported(self, submodules, node) -> bool:
             return node.op == "call_function" and not (_node_targets(node.target) & set(unsupported))
 
-    # The program took the graph over (its graph module owns it now).
-    split = CapabilityBasedPartitioner(ep.graph_module, Support(),
-                                       allows_single_node_partition=True)
+    split = CapabilityBasedPartitioner(fx_g, Support(), allows_single_node_partition=True)
     fused = split.partition_and_fuse()
-    index = {p: i for i, p in enumerate(n for n in ep.graph.nodes if n.op == "placeholder")}
+    index = {p: i for i, p in enumerate(placeholders)}
     for node in list(fused.graph.nodes):
         if node.op != "call_module":
             continue

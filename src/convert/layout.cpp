@@ -623,8 +623,38 @@ void col2im(Ctx& c) {
   c.set_output(0, y);
 }
 
+// as_strided of a tensor as it lies: the input's own sizes (symbols
+// included, read from the output's type), offset 0, and its contiguous
+// strides wherever a size is not 1. torch.compile's graphs carry these (the
+// strides of the size-1 dims after a keepdim reduction); the values are the
+// input's, whatever its dims.
+bool as_strided_is_identity(Ctx& c, const std::string& x) {
+  const ValueType& tx = c.type(x);
+  ValueType ty = c.out_type();
+  if (!tx.shape || !ty.shape || *tx.shape != *ty.shape) return false;
+  for (const Dim& d : *tx.shape)
+    if (d.is_unknown()) return false;
+  if (c.has("storage_offset")) {
+    auto off = c.symints("storage_offset");
+    if (!off.empty() && c.symint_const(off[0]).value_or(-1) != 0) return false;
+  }
+  auto stride = c.symints("stride");
+  const Shape& s = *tx.shape;
+  if (stride.size() != s.size()) return false;
+  int64_t inner = 1;  // the contiguous stride of dim k: the product of the sizes after it
+  for (size_t k = s.size(); k-- > 0;) {
+    if (!(s[k].is_static() && s[k].value == 1)) {
+      auto st = c.symint_const(stride[k]);
+      if (inner < 0 || !st || *st != inner) return false;
+    }
+    inner = s[k].is_static() && inner >= 0 ? inner * s[k].value : -1;
+  }
+  return true;
+}
+
 void as_strided(Ctx& c) {
   std::string x = c.tensor("self");
+  if (as_strided_is_identity(c, x)) return c.set_output(0, x);
   auto size = c.ints("size", {}), stride = c.ints("stride", {});
   int64_t off = c.i("storage_offset", 0);
   std::vector<IE> od;

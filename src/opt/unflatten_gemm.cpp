@@ -46,8 +46,8 @@ size_t unflatten_gemm(Graph& g, const PassOptions&) {
     if (!gemm || gemm->inputs.size() < 2 || gemm->outputs.size() != 1 || ix.readers(y2) != 1 ||
         ix.is_graph_output(y2))
       continue;
-    if (int_attr(*gemm, "transA", 0) != 0 || int_attr(*gemm, "transB", 0) != 0 || float_attr(*gemm, "alpha", 1.0f) != 1.0f ||
-        float_attr(*gemm, "beta", 1.0f) != 1.0f)
+    if (int_attr(*gemm, "transA", 0) != 0 || int_attr(*gemm, "transB", 0) != 0 ||
+        float_attr(*gemm, "alpha", 1.0f) != 1.0f || float_attr(*gemm, "beta", 1.0f) != 1.0f)
       continue;
     const std::string& a2 = gemm->inputs[0];
     const Node* inner = ix.producer(a2, "Reshape");
@@ -83,8 +83,8 @@ size_t unflatten_gemm(Graph& g, const PassOptions&) {
       if (!tc || !tc->shape || tc->dtype != ty->dtype) continue;
       const Shape& cs = *tc->shape;
       bool row = (cs.size() == 1 && cs[0].is_static() && cs[0].value == n) ||
-                 (cs.size() == 2 && cs[0].is_static() && cs[0].value == 1 &&
-                  cs[1].is_static() && cs[1].value == n);
+                 (cs.size() == 2 && cs[0].is_static() && cs[0].value == 1 && cs[1].is_static() &&
+                  cs[1].value == n);
       if (!row) continue;
     }
     std::vector<Node> nodes;

@@ -374,3 +374,23 @@ def test_compiled_encoder_is_fused_as_its_export(tmp_path):
         str(tmp_path / f"graph_{g.graph}.onnx")).graph.node)
     assert ops["MultiHeadAttention"] == 2 and ops["BiasGelu"] == 2, ops
     assert ops["SkipLayerNormalization"] >= 4 and ops["Gemm"] <= 1, ops  # the pooler's is 2-D
+
+
+def test_as_strided_of_a_tensor_as_it_lies_with_dynamic_sizes(tmp_path):
+    """torch.compile's graphs restride size-1 dims with as_strided after a
+    keepdim reduction (torchvision's Swin, dynamic batch): a view of the
+    input as it lies converts whatever its symbolic sizes."""
+    import onnxruntime as ort
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            y = x.mean((2, 3), keepdim=True)  # [b, c, 1, 1]
+            return torch.as_strided(y, y.shape, (y.shape[1], 1, y.shape[1], y.shape[1])) * 2
+
+    path = str(tmp_path / "as_strided.onnx")
+    pt2onnx.export(M(), (torch.randn(2, 6, 4, 4),), path,
+                   dynamic_shapes={"x": {0: torch.export.Dim("b")}})
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    x = torch.randn(5, 6, 4, 4)
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), M()(x), atol=1e-6, rtol=1e-6)
