@@ -16,8 +16,12 @@ onnxruntime on 2 threads. Modules are imported before timing (onnxruntime
 and pt2onnx too; dynamo would import pt2onnx on its first call).
 - first call: wall time of the model's first call (prefill for the LLaMA)
   or, for the decode row, of the first decode step (its own graph);
-- steady: median of the calls after 3 warm-ups (interleaved runs are not
-  possible across processes; each process runs alone);
+- steady: median of the calls after warm-ups; in the pt2onnx process the
+  backend's call and the direct onnxruntime runs below are interleaved
+  (one of each in turn), so their ratio is measured side by side; every
+  onnxruntime session there (the backend's included, through its
+  session_options) has spin-waiting off, so that one pool spinning after
+  its run does not take the cores from the next;
 - pt2onnx's share of the first call: AOTAutograd (torch's functional ATen
   trace, which inductor runs too), conversion (the graph described as a
   program, the C++ pipeline in memory) and session creation, from
@@ -89,15 +93,6 @@ def build(name):
     raise KeyError(name)
 
 
-def _median_ms(fn, n):
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
-
-
 def child(name, way, out_dir):
     import numpy as np
     import onnxruntime as ort
@@ -123,7 +118,8 @@ def child(name, way, out_dir):
 
     dynamo_backend._run = recording_run
     dynamo_backend._run_in_place = recording_run_in_place
-    opts = {"session_options": {"intra_op_num_threads": THREADS, "inter_op_num_threads": 1}}
+    opts = {"session_options": {"intra_op_num_threads": THREADS, "inter_op_num_threads": 1},
+            "session_config": {"session.intra_op.allow_spinning": "0"}}
     if way == "eager":
         fn = model
     elif way == "inductor":
@@ -155,18 +151,19 @@ def child(name, way, out_dir):
             rep.update(breakdown(t0, rep["first_s"]))
             for _ in range(3):
                 fn(*args, **kwargs)
-            rep["steady_ms"] = _median_ms(lambda: fn(*args, **kwargs), 30)
+            ways = {"steady_ms": lambda: fn(*args, **kwargs)}
             if way == "pt2onnx":
                 ref = model(*args, **kwargs)
                 got = fn(*args, **kwargs)
                 a = ref if isinstance(ref, torch.Tensor) else ref[0]
                 b = got if isinstance(got, torch.Tensor) else got[0]
                 rep["max_abs_diff"] = float((a - b).abs().max())
-                rep["direct_ms"] = _direct(last_call)
+                ways["direct_ms"] = _direct(last_call)
                 f = os.path.join(out_dir, "export.onnx")
                 pt2onnx.export(model, args, f, kwargs=kwargs, target="onnxruntime",
                                opset=pt2onnx.DEFAULT_OPSET)
-                rep["export_direct_ms"] = _run_file(f, list(args) + list(kwargs.values()))
+                ways["export_direct_ms"] = _file_runner(f, list(args) + list(kwargs.values()))
+            rep.update(_interleaved(ways, 30))
         else:
             from transformers import StaticCache
 
@@ -190,55 +187,80 @@ def child(name, way, out_dir):
 
             for _ in range(3):
                 decode()
-            rep["decode_steady_ms"] = _median_ms(decode, 60)
-            decode_call = list(last_call)
-            times = []
-            for k in range(22):  # a prefill fills positions 0..63 of a fresh cache
-                cache.reset()
-                t = time.perf_counter()
-                fn(input_ids=ids, past_key_values=cache, cache_position=pos)
-                if k >= 2:
-                    times.append(time.perf_counter() - t)
-            rep["steady_ms"] = statistics.median(times) * 1000
-            rep["graphs_total"] = len(dynamo_backend.stats()) if way == "pt2onnx" else None
+            ways = {"decode_steady_ms": decode}
             if way == "pt2onnx":
-                rep["direct_ms"] = _direct(last_call)
-                rep["decode_direct_ms"] = _direct(decode_call, 60)
+                ways["decode_direct_ms"] = _direct(last_call)
+            rep.update(_interleaved(ways, 60))
+
+            def prefill():
+                fn(input_ids=ids, past_key_values=cache, cache_position=pos)
+
+            for _ in range(2):
+                cache.reset()
+                prefill()
+            ways = {"steady_ms": prefill}
+            if way == "pt2onnx":
+                ways["direct_ms"] = _direct(last_call)
+            # A prefill fills positions 0..63 of a fresh cache (reset untimed).
+            rep.update(_interleaved(ways, 20, before=cache.reset))
+            rep["graphs_total"] = len(dynamo_backend.stats()) if way == "pt2onnx" else None
     print(json.dumps(rep))
 
 
-def _session(path, held=None):
+def _session_options():
+    """2 threads; no spin-waiting: the backend's session and the direct ones
+    run in turn in one process, and a pool spinning after its run would take
+    the cores from the next run's pool."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = THREADS
     so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return so
+
+
+def _session(path, held=None):
+    import onnxruntime as ort
+
+    so = _session_options()
     if held:  # the weights the backend's model leaves in PyTorch's memory
         so.add_external_initializers(list(held), [v for v, _ in held.values()])
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def _run_file(path, values):
+def _interleaved(ways: dict, n: int, before=None) -> dict:
+    """Median milliseconds of each way, the ways run in turn n times (so that
+    machine noise hits them alike), after one untimed round."""
+    times = {k: [] for k in ways}
+    for r in range(n + 1):
+        for k, fn in ways.items():
+            if before is not None:
+                before()
+            t = time.perf_counter()
+            fn()
+            if r:
+                times[k].append(time.perf_counter() - t)
+    return {k: statistics.median(v) * 1000 for k, v in times.items()}
+
+
+def _file_runner(path, values):
     s = _session(path)
     feeds = {i.name: v.numpy() for i, v in zip(s.get_inputs(), values)}
-    for _ in range(3):
-        s.run(None, feeds)
-    return _median_ms(lambda: s.run(None, feeds), 30)
+    return lambda: s.run(None, feeds)
 
 
-def _direct(last_call, n=30):
+def _direct(last_call):
     """The model of the backend's latest onnxruntime run, in a new session of
-    its own, fed the same values as numpy arrays."""
+    its own, fed the same values as numpy arrays: a function running it."""
     import numpy as np
     import torch
 
     session, feeds_at, args = last_call[0]
-    feeds = {name: (args[i].numpy() if isinstance(args[i], torch.Tensor) else
+    feeds = {name: (args[i].numpy().copy() if isinstance(args[i], torch.Tensor) else
                     np.array(args[i], dtype=np.int64)) for name, i in feeds_at}
     s = _session(session._model_bytes, getattr(session, "_pt2onnx_weights", None))
-    for _ in range(3):
-        s.run(None, feeds)
-    return _median_ms(lambda: s.run(None, feeds), n)
+    return lambda: s.run(None, feeds)
 
 
 def main(models):
@@ -275,8 +297,8 @@ def write_md(results):
         "cache; see the script's docstring for what each column is).",
         "",
         "| model | way | first call (s) | steady (ms) | ORT direct, backend's model (ms) | "
-        "ORT direct, pt2onnx.export file (ms) | steady / direct |",
-        "|---|---|---|---|---|---|---|",
+        "ORT direct, pt2onnx.export file (ms) | steady / direct | steady / export file |",
+        "|---|---|---|---|---|---|---|---|",
     ]
 
     def f(v, fmt):
@@ -284,7 +306,7 @@ def write_md(results):
 
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['way']} | failed: {r['error'][-120:]!r} | | | | |")
+            lines.append(f"| {r['model']} | {r['way']} | failed: {r['error'][-120:]!r} | | | | | |")
             continue
         rows = [("", r.get("first_s"), r.get("steady_ms"), r.get("direct_ms"),
                  r.get("export_direct_ms"))]
@@ -295,9 +317,10 @@ def write_md(results):
                      r.get("decode_direct_ms"), None)]
         for suffix, first, steady, direct, exp in rows:
             ratio = steady / direct if (direct and steady) else None
+            ratio_exp = steady / exp if (exp and steady) else None
             lines.append(f"| {r['model']}{suffix} | {r['way']} | {f(first, '{:.2f}')} | "
                          f"{f(steady, '{:.2f}')} | {f(direct, '{:.2f}')} | {f(exp, '{:.2f}')} | "
-                         f"{f(ratio, '{:.2f}x')} |")
+                         f"{f(ratio, '{:.2f}x')} | {f(ratio_exp, '{:.2f}x')} |")
     lines += ["", "pt2onnx's share of the first call (seconds; convert = graph described + C++ "
               "pipeline in memory, of which C++):", "",
               "| model | graphs | FX nodes | dynamo | AOTAutograd | convert | of which C++ | "

@@ -17,8 +17,11 @@ an onnxruntime InferenceSession, tensors passed both ways through DLPack.
 
 `options` (all optional):
 - "providers": onnxruntime execution providers (default ["CPUExecutionProvider"]);
-- "session_options": an onnxruntime.SessionOptions, or a dict of its attributes
-  ({"intra_op_num_threads": 4});
+- "session_options": a dict of onnxruntime.SessionOptions attributes
+  ({"intra_op_num_threads": 4}), or a SessionOptions object (then shared by
+  every session, which cannot take the weights left in PyTorch's memory: they
+  are copied into each model);
+- "session_config": session config entries ({"session.intra_op.allow_spinning": "0"});
 - "opset" (default pt2onnx.DEFAULT_OPSET), "target" ("onnxruntime", default for
   "pt2onnx": onnxruntime's fused contrib ops; "standard" for "pt2onnx_debug",
   whose reference evaluator runs ONNX ops only), "optimize" (True),
@@ -57,7 +60,7 @@ from . import _core, _custom
 from ._export import DEFAULT_OPSET, TARGETS
 from ._serialize import program_tree
 
-_KNOWN_OPTIONS = {"providers", "session_options", "opset", "target", "optimize",
+_KNOWN_OPTIONS = {"providers", "session_options", "session_config", "opset", "target", "optimize",
                   "custom_translation_table", "custom_opsets", "fallback", "save_dir", "atol",
                   "rtol"}
 
@@ -107,6 +110,7 @@ class _Options:
                              f"{sorted(_KNOWN_OPTIONS)}")
         self.providers = list(options.get("providers") or ["CPUExecutionProvider"])
         self.session_options = options.get("session_options")
+        self.session_config = dict(options.get("session_config") or {})
         self.opset = int(options.get("opset", DEFAULT_OPSET))
         self.target = options.get("target", "standard" if debug else "onnxruntime")
         if self.target not in TARGETS:
@@ -133,7 +137,8 @@ class _Options:
             so_key = tuple(sorted((so or {}).items()))
         else:
             so_key = ("object", id(so))
-        return (tuple(map(str, self.providers)), so_key)
+        return (tuple(map(str, self.providers)), so_key,
+                tuple(sorted(self.session_config.items())))
 
     def make_session_options(self):
         import onnxruntime as ort
@@ -146,8 +151,18 @@ class _Options:
                     raise ValueError(f"options['session_options']: onnxruntime.SessionOptions "
                                      f"has no attribute {k!r}")
                 setattr(opts, k, v)
+            for k, v in self.session_config.items():
+                opts.add_session_config_entry(str(k), str(v))
             return opts
+        if self.session_config:
+            raise ValueError("options['session_config'] goes with session_options given as a "
+                             "dict; set the entries on your SessionOptions object instead")
         return so
+
+    def fresh_sessions(self) -> bool:
+        """Whether each session gets a SessionOptions of its own (one given
+        by the user is shared, so weights cannot be registered on it)."""
+        return self.session_options is None or isinstance(self.session_options, dict)
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
@@ -305,9 +320,10 @@ class _OrtGraph:
         output_names = [f"output_{k}" for k in range(len(self.output_vals))]
         weights, keep = _weights(ep)
         # Weights stay in PyTorch's memory, handed to onnxruntime as they are
-        # (AddExternalInitializers), unless the model must be whole: for the
-        # reference evaluator (debug) or a file to inspect (save_dir).
-        by_reference = not (self.opts.debug or self.opts.save_dir)
+        # (AddExternalInitializers on the session's own SessionOptions), unless
+        # the model must be whole: for the reference evaluator (debug), a file
+        # to inspect (save_dir), or a SessionOptions object the user shares.
+        by_reference = not (self.opts.debug or self.opts.save_dir) and self.opts.fresh_sessions()
         try:
             r = _core.convert(program, weights, "", self.opts.opset, self.opts.optimize, "never",
                               input_names, output_names, {}, {}, "", self.opts.custom_functions,

@@ -394,3 +394,22 @@ def test_as_strided_of_a_tensor_as_it_lies_with_dynamic_sizes(tmp_path):
     x = torch.randn(5, 6, 4, 4)
     (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
     torch.testing.assert_close(torch.from_numpy(got), M()(x), atol=1e-6, rtol=1e-6)
+
+
+def test_a_shared_session_options_object_serves_every_graph():
+    """A SessionOptions object given by the user is shared by every session
+    (weights then copied into each model: they cannot be registered on it
+    twice); session_config entries go with a dict."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    m = _convnet()
+    c = torch.compile(m, backend="pt2onnx", dynamic=False, options={"session_options": so})
+    d = torch.compile(m, backend="pt2onnx", dynamic=False,
+                      options={"session_options": {"intra_op_num_threads": 1},
+                               "session_config": {"session.intra_op.allow_spinning": "0"}})
+    with torch.no_grad():
+        for x in (torch.randn(2, 3, 8, 8), torch.randn(3, 3, 6, 6)):  # two graphs each
+            torch.testing.assert_close(c(x), m(x), atol=ATOL, rtol=RTOL)
+            torch.testing.assert_close(d(x), m(x), atol=ATOL, rtol=RTOL)
