@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -134,11 +135,16 @@ struct Options {
   // ignored): one ModelProto, every weight inline (2 GiB at most), for
   // callers that hand it to a runtime directly (the torch.compile backend).
   bool in_memory = false;
-  // With in_memory: initializers that are a caller's weight bytes as they
-  // are (contiguous, neither converted nor folded) are not copied into the
-  // model; they are external data at location "pt2onnx:memory" and listed in
-  // Result::memory_initializers, for the caller to give its runtime the
-  // caller's own memory (onnxruntime's AddExternalInitializers).
+  // With in_memory: initializers (of external_min_tensor_bytes or more) are
+  // not copied into the model; they are external data at location
+  // "pt2onnx:memory" and listed in Result::memory_initializers, for the
+  // caller to give its runtime in memory (onnxruntime's
+  // AddExternalInitializers): a caller's weight bytes as they are
+  // (contiguous, neither converted nor folded) where they lie, any other
+  // (folded, transposed, converted) once, in a buffer the result hands over.
+  // The passes then keep weights in their own layout where the target's
+  // operator reads them transposed (onnxruntime: FusedMatMul / Gemm with
+  // transB), so a Linear weight stays the caller's bytes.
   bool weights_by_reference = false;
 };
 
@@ -146,6 +152,9 @@ struct Options {
 struct MemoryInitializer {
   std::string name;
   const void* data = nullptr;
+  // Null: `data` is the caller's memory. Otherwise the buffer holding the
+  // bytes at `data` (made by the conversion), kept alive by whoever holds it.
+  std::shared_ptr<const void> owner;
   int32_t dtype = 0;  // ONNX TensorProto data type
   std::vector<int64_t> dims;
   uint64_t nbytes = 0;

@@ -590,28 +590,39 @@ _TORCH_DTYPES = {1: torch.float32, 2: torch.uint8, 3: torch.int8, 4: torch.uint1
 
 
 def _memory_initializers(refs, keep) -> dict:
-    """name -> (OrtValue, tensor) for the initializers the C++ core left in
-    the caller's memory: each a view of the kept weight whose storage holds
-    its bytes, passed to onnxruntime through DLPack (no copy)."""
+    """name -> (OrtValue, tensor) for the initializers the C++ core handed
+    over in memory: a view of the kept weight whose storage holds its bytes,
+    or the buffer the conversion made (folded, transposed, fused weights);
+    passed to onnxruntime through DLPack (no copy)."""
+    import bisect
+
     from onnxruntime import OrtValue
     from onnxruntime.capi import _pybind_state as C
 
     if not refs:
         return {}
-    storages = []
-    for t in keep:
-        st = t.untyped_storage()
-        storages.append((st.data_ptr(), st.nbytes(), st))
+    whole = {t.data_ptr(): t for t in keep if t.is_contiguous()}
+    storages = sorted(((t.untyped_storage().data_ptr(), t.untyped_storage()) for t in keep),
+                      key=lambda e: e[0])
+    bases = [b for b, _ in storages]
     held = {}
-    for name, addr, onnx_type, dims, nbytes in refs:
+    for name, addr, onnx_type, dims, nbytes, buffer in refs:
         dtype = _TORCH_DTYPES.get(onnx_type)
-        owner = next((st for base, size, st in storages
-                      if base <= addr and addr + nbytes <= base + size), None)
-        if dtype is None or owner is None or (addr - owner.data_ptr()) % dtype.itemsize:
-            raise _core.ConversionError(f"internal: initializer {name!r} (ONNX type {onnx_type}) "
-                                        "is not a view of a weight the backend passed")
-        view = torch.empty(0, dtype=dtype).set_(owner, (addr - owner.data_ptr()) // dtype.itemsize,
-                                                list(dims))
+        view = whole.get(addr) if buffer is None else None
+        if view is not None and view.dtype == dtype and list(view.shape) == list(dims):
+            pass  # the weight itself, as it is
+        elif dtype is not None and buffer is not None:
+            view = torch.from_numpy(buffer).view(dtype).view(list(dims))
+        else:
+            k = bisect.bisect_right(bases, addr) - 1
+            owner = storages[k][1] if k >= 0 else None
+            if (dtype is None or owner is None or addr + nbytes > bases[k] + owner.nbytes()
+                    or (addr - bases[k]) % dtype.itemsize):
+                raise _core.ConversionError(
+                    f"internal: initializer {name!r} (ONNX type {onnx_type}) is not a view of a "
+                    "weight the backend passed")
+            view = torch.empty(0, dtype=dtype).set_(owner, (addr - bases[k]) // dtype.itemsize,
+                                                    list(dims))
         held[name] = (OrtValue(C.OrtValue.from_dlpack(view.__dlpack__())), view)
     return held
 

@@ -225,7 +225,8 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
   // The float type conversion runs once, last: with the last default passes
   // (after inlining, if any), or alone without `optimize`.
   const PassOptions pass_options{options.opset, options.target};
-  const PassOptions last_passes{options.opset, options.target, dtype};
+  const PassOptions last_passes{options.opset, options.target, dtype,
+                                options.in_memory && options.weights_by_reference};
   const bool inlining = options.inline_functions;
   if (options.all_modules_as_functions || !options.modules_as_functions.empty()) {
     // Module calls become functions before CSE, which would merge equal

@@ -243,6 +243,15 @@ void ChannelScale::apply(DType t, const std::vector<int64_t>& dims, int64_t r0, 
   const auto cols = static_cast<size_t>(dims[1]);
   const auto group_rows = static_cast<size_t>(rows_per_group);
   auto each = [&](auto* p, auto scale_one) {
+    if (!group_rows) {  // one factor per row: the row's elements in one (vectorized) loop
+      const size_t row = cols * inner;
+      for (auto r = static_cast<size_t>(r0); r < static_cast<size_t>(r1); ++r) {
+        const double f = factor[r];
+        auto* q = p + (r - static_cast<size_t>(r0)) * row;
+        for (size_t i = 0; i < row; ++i) q[i] = scale_one(q[i], f);
+      }
+      return;
+    }
     for (auto r = static_cast<size_t>(r0); r < static_cast<size_t>(r1); ++r)
       for (size_t c = 0; c < cols; ++c) {
         const double f = group_rows ? factor[(r / group_rows) * cols + c] : factor[r];

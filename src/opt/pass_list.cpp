@@ -109,6 +109,9 @@ std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g, const P
   // float16 / bfloat16 last, on the graph every other pass has settled.
   if (o.dtype != DType::Float)
     log.emplace_back("convert_float16", convert_float16(g, o.dtype, o.opset));
+  // Last: it undoes fold_weight_transpose's layout, which every pass before
+  // it expects (weights read as MatMul's B).
+  log.emplace_back("read_weights_transposed", read_weights_transposed(g, o));
   // onnxruntime's contrib operators, wherever a fusion put them, need their
   // domain imported by the model.
   std::vector<const Graph*> graphs{&g};

@@ -17,6 +17,9 @@ struct PassOptions {
   int opset = 18;
   Target target = Target::Standard;
   DType dtype = DType::Float;
+  // Options::weights_by_reference: weights stay in their own layout where
+  // the operator can read them transposed (read_weights_transposed).
+  bool weights_by_reference = false;
   bool onnxruntime() const { return target == Target::OnnxRuntime; }
 };
 
@@ -49,6 +52,9 @@ size_t fuse_gemm(Graph& g, const PassOptions& o);
 // writes it) back to MatMul + Add, before the fusions (unflatten_gemm.cpp).
 size_t unflatten_gemm(Graph& g, const PassOptions& o);
 size_t fuse_packed_qkv(Graph& g, const PassOptions& o);
+// Transposed weight views read back in their own layout by a transB operand
+// (weights_by_reference only; read_weights_transposed.cpp). Runs last.
+size_t read_weights_transposed(Graph& g, const PassOptions& o);
 
 // The graph's float32 values, weights and computation in float16 or bfloat16
 // (`to`), keeping in float32 the ops precision needs (norm statistics,

@@ -2,6 +2,7 @@
 // tree, or JSON bytes) and weight views from pt2onnx/_export.py and runs the
 // C++ pipeline with the GIL released (taken again only to read the tree).
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -149,10 +150,23 @@ nb::dict convert(nb::object program, const std::vector<WeightTuple>& weights,
   d["model_path"] = r.model_path;
   d["model_bytes"] =
       in_memory ? nb::object(nb::bytes(r.model_bytes.data(), r.model_bytes.size())) : nb::none();
-  nb::list refs;  // (initializer, address, ONNX dtype, dims, bytes)
-  for (auto& m : r.memory_initializers)
-    refs.append(
-        nb::make_tuple(m.name, reinterpret_cast<uintptr_t>(m.data), m.dtype, m.dims, m.nbytes));
+  // (initializer, address, ONNX dtype, dims, bytes, buffer): buffer None for
+  // the caller's own bytes, else a uint8 array over the bytes the conversion
+  // made, which keeps them alive (no copy).
+  nb::list refs;
+  for (auto& m : r.memory_initializers) {
+    nb::object buffer = nb::none();
+    if (m.owner) {
+      nb::capsule keep(new std::shared_ptr<const void>(m.owner), [](void* p) noexcept {
+        delete static_cast<std::shared_ptr<const void>*>(p);
+      });
+      size_t shape[1] = {static_cast<size_t>(m.nbytes)};
+      buffer = nb::cast(
+          nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(const_cast<void*>(m.data), 1, shape, keep));
+    }
+    refs.append(nb::make_tuple(m.name, reinterpret_cast<uintptr_t>(m.data), m.dtype, m.dims,
+                               m.nbytes, buffer));
+  }
   d["memory_initializers"] = refs;
   d["data_paths"] = r.data_paths;
   d["opset"] = r.opset;

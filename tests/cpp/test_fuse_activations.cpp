@@ -1,4 +1,5 @@
-// Activation and MatMul fusions: fuse_gelu, fuse_gemm, fuse_matmul_transpose.
+// Activation and MatMul fusions: fuse_gelu, fuse_gemm, fuse_matmul_transpose,
+// unflatten_gemm, read_weights_transposed.
 // Each pattern fused (op, attributes, inputs checked), each
 // near miss left alone.
 #include <gtest/gtest.h>
@@ -516,5 +517,113 @@ TEST(UnflattenGemm, NearMissesLeftAlone) {
     Flattened t;
     Graph g = t.done({3, -1, 6}, f32({Dim::of(3), Dim::symbol("b"), Dim::of(6)}));
     EXPECT_EQ(fuse(g, unflatten_gemm, kStd18), 0u);
+  }
+}
+
+// ---- read_weights_transposed
+
+namespace {
+// A weight src [6, 4] seen as its transpose [4, 6] (fold_weight_transpose's
+// view), read by `op` as B: MatMul(x [b, 3, 4], W^T) or Gemm(x2 [5, 4], W^T).
+struct TransposedWeight {
+  GraphBuilder b{18};
+  std::vector<float> src = std::vector<float>(24);
+  std::string wt;
+  TransposedWeight() {
+    for (size_t k = 0; k < src.size(); ++k) src[k] = static_cast<float>(k);
+    TensorData v;
+    v.dtype = DType::Float;
+    v.dims = {4, 6};
+    v.strides = {1, 4};
+    v.data = reinterpret_cast<const uint8_t*>(src.data());
+    wt = b.initializer("w.T", v);
+  }
+  std::string matmul() {
+    b.add_input("x", f32({Dim::symbol("b"), Dim::of(3), Dim::of(4)}));
+    return b.op("MatMul", {"x", wt});
+  }
+  std::string gemm(std::vector<Attr> attrs = {}) {
+    b.add_input("x2", f32s({5, 4}));
+    return b.op("Gemm", {"x2", wt}, std::move(attrs), f32s({5, 6}));
+  }
+  Graph done(const std::vector<std::string>& outs) {
+    for (auto& y : outs) b.add_output(y, b.type(y));
+    return b.take();
+  }
+};
+const PassOptions kOrtByRef{18, Target::OnnxRuntime, DType::Float, true};
+const PassOptions kStdByRef{18, Target::Standard, DType::Float, true};
+}  // namespace
+
+TEST(ReadWeightsTransposed, MatMulAndGemmReadTheWeightAsItIs) {
+  TransposedWeight t;
+  std::string a = t.matmul();
+  std::string c = t.gemm();
+  Graph g = t.done({a, c});
+  EXPECT_EQ(read_weights_transposed(g, kOrtByRef), 1u);
+  ASSERT_EQ(g.initializers.size(), 1u);
+  const TensorData& w = g.initializers[0].data;
+  EXPECT_EQ(g.initializers[0].name, "w");  // its own layout, its own name
+  EXPECT_EQ(w.dims, (std::vector<int64_t>{6, 4}));
+  EXPECT_TRUE(w.strides.empty());
+  EXPECT_EQ(w.data, reinterpret_cast<const uint8_t*>(t.src.data()));  // not copied
+  EXPECT_EQ(*g.types.at("w").shape, Shape({Dim::of(6), Dim::of(4)}));
+  EXPECT_FALSE(g.types.count("w.T"));
+  const Node* mm = find_op(g, "FusedMatMul");
+  ASSERT_TRUE(mm);
+  EXPECT_EQ(mm->domain, "com.microsoft");
+  EXPECT_EQ(mm->inputs, (std::vector<std::string>{"x", "w"}));
+  EXPECT_EQ(mm->attr("transB")->i, 1);
+  EXPECT_EQ(mm->attr("transA")->i, 0);
+  EXPECT_EQ(mm->outputs[0], a);
+  const Node* gemm = find_op(g, "Gemm");
+  EXPECT_EQ(gemm->inputs[1], "w");
+  EXPECT_EQ(gemm->attr("transB")->i, 1);
+}
+
+TEST(ReadWeightsTransposed, GemmOnTheStandardTarget) {
+  TransposedWeight t;
+  std::string c = t.gemm({Attr::Int("transB", 0)});
+  Graph g = t.done({c});
+  EXPECT_EQ(read_weights_transposed(g, kStdByRef), 1u);
+  EXPECT_EQ(find_op(g, "Gemm")->attr("transB")->i, 1);
+  EXPECT_EQ(g.initializers[0].data.dims, (std::vector<int64_t>{6, 4}));
+}
+
+TEST(ReadWeightsTransposed, NearMissesLeftAlone) {
+  {  // weights not by reference: the transposed layout is what a file wants
+    TransposedWeight t;
+    std::string c = t.gemm();
+    Graph g = t.done({c});
+    EXPECT_EQ(read_weights_transposed(g, kOrt18), 0u);
+  }
+  {  // MatMul has no transB on the standard target; the Gemm reader does not decide alone
+    TransposedWeight t;
+    std::string a = t.matmul();
+    std::string c = t.gemm();
+    Graph g = t.done({a, c});
+    EXPECT_EQ(read_weights_transposed(g, kStdByRef), 0u);
+    EXPECT_EQ(g.initializers[0].name, "w.T");
+    EXPECT_EQ(find_op(g, "Gemm")->attr("transB"), nullptr);
+  }
+  {  // read by another op too
+    TransposedWeight t;
+    std::string c = t.gemm();
+    std::string s = t.b.op("Add", {t.wt, t.wt});
+    Graph g = t.done({c, s});
+    EXPECT_EQ(read_weights_transposed(g, kOrtByRef), 0u);
+  }
+  {  // a graph output
+    TransposedWeight t;
+    std::string c = t.gemm();
+    Graph g = t.done({c, t.wt});
+    EXPECT_EQ(read_weights_transposed(g, kOrtByRef), 0u);
+  }
+  {  // read as A, not B
+    TransposedWeight t;
+    t.b.add_input("y", f32s({6, 2}));
+    std::string a = t.b.op("MatMul", {t.wt, "y"});
+    Graph g = t.done({a});
+    EXPECT_EQ(read_weights_transposed(g, kOrtByRef), 0u);
   }
 }

@@ -191,38 +191,74 @@ TEST(Writer, InMemoryIsTheOneFileModel) {
 }
 
 // Weights by reference: an initializer viewing the caller's bytes as they are
-// stays there (external, location pt2onnx:memory, listed with its address);
-// one the converter made (owned) is written inline.
-TEST(Writer, InMemoryLeavesCallerWeightsWhereTheyAre) {
+// stays there (external, location pt2onnx:memory, listed with its address,
+// no owner); one the converter made whole is handed over in its own buffer;
+// a transposed view and a lazily scaled weight are made once, contiguous, in
+// a buffer the result owns; a tensor under external_min_tensor_bytes stays
+// inline. No weight's bytes are in the model.
+TEST(Writer, InMemoryHandsOverEveryLargeInitializer) {
   std::vector<float> w(1024, 0.5f);
   Graph g = small_graph(w);
   g.initializers.push_back(Initializer{
       "made", TensorData::from_vector<float>(DType::Float, {256}, std::vector<float>(256, 2.0f))});
+  std::vector<float> src(32 * 16);  // [32, 16], viewed as its [16, 32] transpose
+  for (size_t k = 0; k < src.size(); ++k) src[k] = static_cast<float>(k);
+  TensorData tv;
+  tv.dtype = DType::Float;
+  tv.dims = {16, 32};
+  tv.strides = {1, 16};
+  tv.data = reinterpret_cast<const uint8_t*>(src.data());
+  g.initializers.push_back(Initializer{"w.T", tv});
+  std::vector<float> conv(4 * 2 * 3 * 3, 1.0f);  // [4, 2, 3, 3], row r scaled by r + 1
+  TensorData sc;
+  sc.dtype = DType::Float;
+  sc.dims = {4, 2, 3, 3};
+  sc.data = reinterpret_cast<const uint8_t*>(conv.data());
+  sc.scale = std::make_shared<ChannelScale>(ChannelScale{{1.0, 2.0, 3.0, 4.0}, 0});
+  g.initializers.push_back(Initializer{"conv.folded", sc});
+  g.initializers.push_back(Initializer{
+      "small", TensorData::from_vector<float>(DType::Float, {4}, std::vector<float>(4, 1.0f))});
   WriteOptions o;
+  o.external_min_tensor_bytes = 256;
   std::vector<MemoryInitializer> refs;
   std::string bytes = write_model_bytes(g, o, nullptr, &refs);
-  ASSERT_EQ(refs.size(), 1u);
+  ASSERT_EQ(refs.size(), 4u);
   EXPECT_EQ(refs[0].name, "layer.weight");
   EXPECT_EQ(refs[0].data, static_cast<const void*>(w.data()));
+  EXPECT_FALSE(refs[0].owner);
   EXPECT_EQ(refs[0].nbytes, 4096u);
   EXPECT_EQ(refs[0].dims, (std::vector<int64_t>{1024}));
   EXPECT_EQ(refs[0].dtype, 1);
+  EXPECT_EQ(refs[1].name, "made");
+  ASSERT_TRUE(refs[1].owner);
+  EXPECT_EQ(static_cast<const float*>(refs[1].data)[255], 2.0f);
+  EXPECT_EQ(refs[2].name, "w.T");
+  ASSERT_TRUE(refs[2].owner);
+  EXPECT_EQ(refs[2].dims, (std::vector<int64_t>{16, 32}));
+  const auto* t = static_cast<const float*>(refs[2].data);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 32; ++j) ASSERT_EQ(t[i * 32 + j], src[static_cast<size_t>(j * 16 + i)]);
+  EXPECT_EQ(refs[3].name, "conv.folded");
+  ASSERT_TRUE(refs[3].owner);
+  const auto* f = static_cast<const float*>(refs[3].data);
+  for (int k = 0; k < 72; ++k) ASSERT_EQ(f[k], static_cast<float>(k / 18 + 1)) << k;
+  EXPECT_EQ(conv[20], 1.0f);  // the source untouched
   auto graph = decode(decode(bytes).find(7)->second.bytes);
   int external = 0, inline_ = 0;
   for (auto it = graph.lower_bound(5); it != graph.upper_bound(5); ++it) {
-    auto t = decode(it->second.bytes);
-    if (t.count(14)) {
+    auto tp = decode(it->second.bytes);
+    if (tp.count(14)) {
       ++external;
-      EXPECT_EQ(t.find(8)->second.bytes, "layer.weight");
-      EXPECT_EQ(t.count(9), 0u);
-      auto kv = decode(t.lower_bound(13)->second.bytes);
+      EXPECT_EQ(tp.count(9), 0u);
+      auto kv = decode(tp.lower_bound(13)->second.bytes);
       EXPECT_EQ(kv.find(2)->second.bytes, kMemoryLocation);
     } else {
       ++inline_;
-      EXPECT_EQ(t.find(9)->second.bytes.size(), 1024u);
+      EXPECT_EQ(tp.find(8)->second.bytes, "small");
+      EXPECT_EQ(tp.find(9)->second.bytes.size(), 16u);
     }
   }
-  EXPECT_EQ(external, 1);
+  EXPECT_EQ(external, 4);
   EXPECT_EQ(inline_, 1);
-  EXPECT_LT(bytes.size(), 2048u);  // the caller's 4 KiB are not in it
+  EXPECT_LT(bytes.size(), 1024u);  // no weight's bytes are in it
 }
