@@ -27,6 +27,10 @@ and pt2onnx too; dynamo would import pt2onnx on its first call).
   program, the C++ pipeline in memory) and session creation, from
   pt2onnx.dynamo_backend.stats(); "dynamo" is the time from the call to
   the backend's entry (dynamo's bytecode capture and guards);
+- a steady call of the backend split: onnxruntime's run (timed around the
+  session's run method), the backend's own path around it (the graph call
+  less that), and the rest of the call (dynamo's guards, AOTAutograd's
+  wrapper, the model's Python outside the graph): medians of the same calls;
 - onnxruntime direct: the ONNX model the backend made for that graph (its
   bytes and the weights it left in PyTorch's memory), in a new
   InferenceSession fed the same inputs as numpy arrays: what the backend's own per-call path (dynamo's guards,
@@ -104,20 +108,53 @@ def child(name, way, out_dir):
     torch.set_num_threads(THREADS)
     model, inputs = build(name)
     last_call = []  # (session, feeds) of the backend's latest onnxruntime run
-    backend_run = dynamo_backend._run
+    backend_run = dynamo_backend._Runner.__call__
+    # Per steady call of the backend: time in its graph call (_OrtGraph) and
+    # in onnxruntime's run (the session's run_with_* method, timed through a
+    # proxy); the rest of a call is dynamo's guards, AOTAutograd's wrapper
+    # and the model's Python outside the graph.
+    split = {"graph": [], "ort": []}
 
-    def recording_run(session, feeds_at, out_names, args, values=None):
-        last_call[:] = [(session, feeds_at, args)]
-        return backend_run(session, feeds_at, out_names, args, values)
+    class TimedSess:
+        def __init__(self, sess):
+            self.sess = sess
 
-    backend_run_in_place = dynamo_backend._run_in_place
+        def __getattr__(self, name):
+            fn = getattr(self.sess, name)
 
-    def recording_run_in_place(session, feeds_at, out_names, args, in_place, values=None):
-        last_call[:] = [(session, feeds_at, args)]
-        return backend_run_in_place(session, feeds_at, out_names, args, in_place, values)
+            def timed(*a):
+                t = time.perf_counter()
+                r = fn(*a)
+                split["ort"].append(time.perf_counter() - t)
+                return r
+            return timed if name.startswith("run_with") else fn
 
-    dynamo_backend._run = recording_run
-    dynamo_backend._run_in_place = recording_run_in_place
+    def recording_run(runner, args, values):
+        last_call[:] = [(runner.session, runner.feeds_at, args)]
+        if not isinstance(runner.sess, TimedSess):
+            runner.sess = TimedSess(runner.sess)
+        return backend_run(runner, args, values)
+
+    dynamo_backend._Runner.__call__ = recording_run
+    graph_call = dynamo_backend._OrtGraph.__call__
+
+    def timed_graph_call(self, *args):
+        t = time.perf_counter()
+        r = graph_call(self, *args)
+        split["graph"].append(time.perf_counter() - t)
+        return r
+
+    dynamo_backend._OrtGraph.__call__ = timed_graph_call
+
+    def per_call(n):
+        """Medians over the backend's last n calls (ms): onnxruntime's run,
+        the backend's own path around it, and the graph call itself."""
+        g, o = split["graph"][-n:], split["ort"][-n:]
+        if len(g) < n or len(o) < n:
+            return {}
+        return {"ort_run_ms": 1e3 * statistics.median(o),
+                "backend_own_ms": 1e3 * statistics.median(a - b for a, b in zip(g, o)),
+                "graph_call_ms": 1e3 * statistics.median(g)}
     opts = {"session_options": {"intra_op_num_threads": THREADS, "inter_op_num_threads": 1},
             "session_config": {"session.intra_op.allow_spinning": "0"}}
     if way == "eager":
@@ -164,6 +201,8 @@ def child(name, way, out_dir):
                                opset=pt2onnx.DEFAULT_OPSET)
                 ways["export_direct_ms"] = _file_runner(f, list(args) + list(kwargs.values()))
             rep.update(_interleaved(ways, 30))
+            if way == "pt2onnx":
+                rep.update(per_call(30))
         else:
             from transformers import StaticCache
 
@@ -191,6 +230,8 @@ def child(name, way, out_dir):
             if way == "pt2onnx":
                 ways["decode_direct_ms"] = _direct(last_call)
             rep.update(_interleaved(ways, 60))
+            if way == "pt2onnx":
+                rep["decode_split"] = per_call(60)
 
             def prefill():
                 fn(input_ids=ids, past_key_values=cache, cache_position=pos)
@@ -203,6 +244,8 @@ def child(name, way, out_dir):
                 ways["direct_ms"] = _direct(last_call)
             # A prefill fills positions 0..63 of a fresh cache (reset untimed).
             rep.update(_interleaved(ways, 20, before=cache.reset))
+            if way == "pt2onnx":
+                rep.update(per_call(20))
             rep["graphs_total"] = len(dynamo_backend.stats()) if way == "pt2onnx" else None
     print(json.dumps(rep))
 
@@ -321,6 +364,26 @@ def write_md(results):
             lines.append(f"| {r['model']}{suffix} | {r['way']} | {f(first, '{:.2f}')} | "
                          f"{f(steady, '{:.2f}')} | {f(direct, '{:.2f}')} | {f(exp, '{:.2f}')} | "
                          f"{f(ratio, '{:.2f}x')} | {f(ratio_exp, '{:.2f}x')} |")
+    lines += ["", "A steady call of backend=\"pt2onnx\", split (medians, ms): onnxruntime's run; "
+              "the backend's own path around it (inputs and outputs through DLPack, IOBinding, "
+              "weight checks); the rest of the call outside the backend (dynamo's guards, "
+              "AOTAutograd's runtime wrapper, the model's Python outside the graph), which "
+              "onnxruntime run directly does not pay:", "",
+              "| model | steady | onnxruntime's run | backend's own | outside the backend | "
+              "ORT direct |", "|---|---|---|---|---|---|"]
+    for r in results:
+        if r["way"] != "pt2onnx" or "error" in r:
+            continue
+        for label, d, steady, direct in (
+                (r["model"] + (" prefill 64" if r["model"] == "llama" else ""), r,
+                 r.get("steady_ms"), r.get("direct_ms")),
+                ("llama decode 1", r.get("decode_split"), r.get("decode_steady_ms"),
+                 r.get("decode_direct_ms"))):
+            if not d or "ort_run_ms" not in d or steady is None:
+                continue
+            lines.append(f"| {label} | {steady:.2f} | {d['ort_run_ms']:.2f} | "
+                         f"{d['backend_own_ms']:.2f} | {steady - d['graph_call_ms']:.2f} | "
+                         f"{f(direct, '{:.2f}')} |")
     lines += ["", "pt2onnx's share of the first call (seconds; convert = graph described + C++ "
               "pipeline in memory, of which C++):", "",
               "| model | graphs | FX nodes | dynamo | AOTAutograd | convert | of which C++ | "

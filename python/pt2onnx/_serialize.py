@@ -67,7 +67,7 @@ def _serialized(ep, fast, keep_tree):
             stack.enter_context(_patched(serde, "canonicalize",
                                          lambda program, constants=None: program))
             if fast:
-                stack.enter_context(_fast_serializer(serde, ep))
+                stack.enter_context(_fast_serializer(serde, ep.graph_module))
             if keep_tree is not None:
                 # Not written out: the tree is what the C++ reader takes.
                 stack.enter_context(_patched(serde, "_to_json_bytes",
@@ -76,6 +76,28 @@ def _serialized(ep, fast, keep_tree):
     finally:
         for entry, spec in saved_specs:
             entry.signature.out_spec = spec
+
+
+def graph_program_tree(gm: torch.fx.GraphModule, signature, module_call_graph,
+                       range_constraints):
+    """program_tree for a graph that is not an ExportedProgram (the
+    torch.compile backend's AOTAutograd graphs, described by the caller as
+    torch.export would describe them): torch's GraphModuleSerializer on it
+    directly, the program's other fields filled as torch's
+    ExportedProgramSerializer fills them (operator set version, range
+    constraints, schema version, the ATen dialect's verifier name)."""
+    from torch._export.serde import schema
+    from torch._export.serde import serialize as serde
+
+    with _fast_serializer(serde, gm):
+        graph_module = serde.GraphModuleSerializer(signature, module_call_graph).serialize(gm)
+    return schema.ExportedProgram(
+        graph_module=graph_module,
+        opset_version={"aten": torch._C._get_max_operator_version()},
+        range_constraints=serde.serialize_range_constraints(range_constraints),
+        schema_version=schema.SchemaVersion(major=serde.SCHEMA_VERSION[0],
+                                            minor=serde.SCHEMA_VERSION[1]),
+        verifiers=["ATEN"], torch_version=torch.__version__)
 
 
 @contextlib.contextmanager
@@ -95,7 +117,7 @@ def _patched(owner, name, value):
 
 
 @contextlib.contextmanager
-def _fast_serializer(serde, ep):
+def _fast_serializer(serde, graph_module):
     from torch._export.serde.union import _Union
 
     with contextlib.ExitStack() as stack:
@@ -107,7 +129,7 @@ def _fast_serializer(serde, ep):
             stack.enter_context(_patched(serde, "_print_sympy", _sympy_printer(serde._print_sympy)))
         if not serde.log.isEnabledFor(logging.DEBUG):
             # Only this program's graph modules, only while it serializes.
-            graphs = [m for m in ep.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
+            graphs = [m for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
             for gm in graphs:
                 object.__setattr__(gm, "print_readable", _no_listing)
             stack.callback(_restore_listings, graphs)

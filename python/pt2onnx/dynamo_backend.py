@@ -55,10 +55,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
+from torch.utils.dlpack import from_dlpack as _from_dlpack
+from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _core, _custom
-from ._export import DEFAULT_OPSET, TARGETS
-from ._serialize import program_tree
+from ._export import DEFAULT_OPSET, TARGETS, _tensor_view
+from ._serialize import graph_program_tree
 
 _KNOWN_OPTIONS = {"providers", "session_options", "session_config", "opset", "target", "optimize",
                   "custom_translation_table", "custom_opsets", "fallback", "save_dir", "atol",
@@ -277,8 +279,9 @@ class _OrtGraph:
         if self.single:  # a program's outputs are a tuple; the caller gets the value
             out_node.args = ((out,),)
             fx_g.recompile()
+        outs = [out] if self.single else out
         self.output_vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-                            for a in ([out] if self.single else out)]
+                            for a in outs]
         self.constant_ok = list(constant_ok) + [False] * (len(self.placeholders) - len(constant_ok))
         self.changes = [0] * len(self.placeholders)
         # Outputs written into the buffer of the input they update (output k ->
@@ -286,7 +289,6 @@ class _OrtGraph:
         # that makes the new one, so onnxruntime can write it in place and the
         # wrapper's copy back is a copy onto itself (skipped).
         self.in_place: dict[int, int] = {}
-        outs = [out] if self.single else out
         for k, i in enumerate(mutated):
             node, ph = outs[k] if k < len(outs) else None, self.placeholders[i]
             if (isinstance(node, torch.fx.Node) and node.op == "call_function"
@@ -313,12 +315,10 @@ class _OrtGraph:
         t0 = time.perf_counter()
         consts = [i for i, ok in enumerate(self.constant_ok)
                   if ok and isinstance(args[i], torch.Tensor)]
-        ep = _exported_program(self.gm, consts, args, self.shape_env)
-        program = program_tree(ep)
+        program, weights, keep = _program(self.gm, consts, args, self.shape_env)
         self.user = [i for i in range(len(self.placeholders)) if i not in set(consts)]
         input_names = [f"input_{k}" for k in range(len(self.user))]
         output_names = [f"output_{k}" for k in range(len(self.output_vals))]
-        weights, keep = _weights(ep)
         # Weights stay in PyTorch's memory, handed to onnxruntime as they are
         # (AddExternalInitializers on the session's own SessionOptions), unless
         # the model must be whole: for the reference evaluator (debug), a file
@@ -343,7 +343,12 @@ class _OrtGraph:
             os.makedirs(self.opts.save_dir, exist_ok=True)
             with open(os.path.join(self.opts.save_dir, f"graph_{self.st.graph}.onnx"), "wb") as fh:
                 fh.write(model)
-        key = (self.gm.code, tuple(_val_key(p.meta.get("val")) for p in self.placeholders),
+        # Sessions are shared by graphs that convert to the same model (its
+        # bytes: the graph, weights by name) with the same weight tensors.
+        # Where the weights are inside the model, the graph's code stands for
+        # it (hashing the whole model would cost more than generating that).
+        key = (model if by_reference else self.gm.code,
+               tuple(_val_key(p.meta.get("val")) for p in self.placeholders),
                tuple((i, id(args[i]), args[i].data_ptr(), args[i]._version) for i in consts),
                self.opts.opset, self.opts.target, self.opts.optimize,
                repr(self.opts.custom_functions), self.opts.session_key())
@@ -363,9 +368,11 @@ class _OrtGraph:
         t2 = time.perf_counter()
         self.session = session
         self.model = model
-        self.in_names = {i.name for i in session.get_inputs()}
-        self.feed_names = [(n, i) for n, i in zip(input_names, self.user) if n in self.in_names]
+        in_names = {i.name for i in session.get_inputs()}
+        self.feed_names = [(n, i) for n, i in zip(input_names, self.user) if n in in_names]
         self.out_names = output_names
+        self.runner = _Runner(session, self.feed_names, output_names, self.output_vals,
+                              {} if self.opts.debug else self.in_place)
         self.constants = [(i, args[i], args[i].data_ptr(), args[i]._version) for i in consts]
         self.st.session_id = id(session)
         self.st.providers = list(session.get_providers())
@@ -391,16 +398,8 @@ class _OrtGraph:
     def __call__(self, *args):
         with self.lock:
             self._ensure(args)
-            session, feeds_at, out_names = self.session, self.feed_names, self.out_names
-        if self.in_place and not self.opts.debug:
-            outs = _run_in_place(session, feeds_at, out_names, args, self.in_place,
-                                 self.values)
-            outs = [o if isinstance(o, torch.Tensor) and k in self.in_place else _as_output(o, v)
-                    for k, (o, v) in enumerate(zip(outs, self.output_vals))]
-        else:
-            outs = [_as_output(o, v)
-                    for o, v in zip(_run(session, feeds_at, out_names, args, self.values),
-                                    self.output_vals)]
+            runner = self.runner
+        outs = runner(args, self.values)
         if self.opts.debug:
             self._compare_with_eager(args, outs)
         return outs[0] if self.single else outs
@@ -466,7 +465,7 @@ class _OrtGraph:
         feeds = {name: _numpy(args[i]) for name, i in self.feed_names}
         got = ReferenceEvaluator(probe).run(None, feeds)
         for n, g in zip(order, got):
-            problem = _mismatch(np_asarray(g), _numpy(values[n.name]), self.opts.atol,
+            problem = _mismatch(_numpy(g), _numpy(values[n.name]), self.opts.atol,
                                 self.opts.rtol)
             if problem:
                 onnx_node = produced[n.name]
@@ -506,13 +505,19 @@ def _normalize_meta(fx_g) -> None:
                 for k, (path, t) in stack.items()}
 
 
-def _exported_program(gm, consts, args, shape_env):
-    """The graph as an ExportedProgram: placeholders in `consts` are
-    parameters (nn.Parameter) or buffers holding `args`' tensors, the others
-    user inputs (tensors, or SymInts: int64 scalars); tensors the graph reads
-    as attributes (AOTAutograd's `_tensor_constant`s) constants; outputs user
-    outputs. The program gets a copy of the graph (constants lifted to
-    placeholders there): `gm` stays as compiled."""
+def _program(gm, consts, args, shape_env):
+    """The graph as the C++ core reads a program (torch's serializer's tree,
+    see _serialize.graph_program_tree) and its weights (the C++ core's views,
+    and the tensors to keep alive while it reads them): placeholders in
+    `consts` are parameters (nn.Parameter) or buffers holding `args`'
+    tensors, the others user inputs (tensors, or SymInts: int64 scalars);
+    tensors the graph reads as attributes (AOTAutograd's `_tensor_constant`s)
+    constants; outputs user outputs. Described as torch.export would (input
+    and output specs, module call graph, range constraints) without building
+    an ExportedProgram, whose construction (a graph module's code generated,
+    torch's verifier run, twice with the serializer's) cost as much as the
+    serializer itself. The program gets a copy of the graph (constants lifted
+    to placeholders there): `gm` stays as compiled."""
     from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
     from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec,
                                               OutputKind, OutputSpec, SymBoolArgument,
@@ -578,9 +583,14 @@ def _exported_program(gm, consts, args, shape_env):
                     for sym in d.node.expr.free_symbols:
                         if sym in shape_env.var_to_range:
                             ranges[sym] = shape_env.var_to_range[sym]
-    return torch.export.ExportedProgram(
-        root=gm, graph=graph, graph_signature=ExportGraphSignature(specs, out_specs),
-        state_dict=state, range_constraints=ranges, module_call_graph=mcg, constants=constants)
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    # Lazy: its Python code is generated only if something asks for it.
+    module = _LazyGraphModule(gm, graph)
+    tree = graph_program_tree(module, ExportGraphSignature(specs, out_specs), mcg, ranges)
+    keep: list = []
+    weights = [_tensor_view(name, t, keep) for name, t in (*state.items(), *constants.items())]
+    return tree, weights, keep
 
 
 # ONNX TensorProto data types -> torch dtypes (initializers left in memory).
@@ -623,33 +633,103 @@ def _memory_initializers(refs, keep) -> dict:
                     "weight the backend passed")
             view = torch.empty(0, dtype=dtype).set_(owner, (addr - bases[k]) // dtype.itemsize,
                                                     list(dims))
-        held[name] = (OrtValue(C.OrtValue.from_dlpack(view.__dlpack__())), view)
+        held[name] = (OrtValue(C.OrtValue.from_dlpack(_to_dlpack(view))), view)
     return held
 
 
-def _weights(ep):
-    from ._export import _weight_views
+class _Runner:
+    """One graph's onnxruntime run, the per-call path kept short (a decode
+    step is a few ms): tensors in and out through DLPack capsules (no copies
+    on CPU; the capsule calls cost a fifth of the `__dlpack__` protocol's),
+    Python scalars as 0-d tensors, each output converted as its kind says.
+    With outputs written in place (`in_place`: output k -> argument i) the
+    run goes through an IOBinding kept per thread, on which an input or
+    in-place output is bound again only when its tensor or address changed
+    (a KV cache is bound once)."""
 
-    return _weight_views(ep)
+    def __init__(self, session, feeds_at, out_names, output_vals, in_place: dict):
+        from onnxruntime.capi import _pybind_state as C
 
+        self.session = session  # the InferenceSession: it keeps its weights alive
+        self.sess = session._sess
+        self.feeds_at = feeds_at
+        self.out_names = out_names
+        self.in_place = in_place
+        self.outputs = [_output_converter(v) for v in output_vals]
+        self.cpu = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+        self.C = C
+        self.local = threading.local()
+        self.allocated = [(k, n) for k, n in enumerate(out_names) if k not in in_place]
+        self.in_place_outs = [(k, (n, in_place[k])) for k, n in enumerate(out_names)
+                              if k in in_place]
 
-def _run(session, feeds_at, out_names, args, values=None):
-    """One onnxruntime run: tensors in and out through DLPack (no copies on
-    CPU), Python scalars as 0-d tensors."""
-    return session._sess.run_with_ort_values(_feeds(feeds_at, args, values), out_names, None)
+    def __call__(self, args, values: dict):
+        if self.in_place:
+            return self._bound(args, values)
+        got = self.sess.run_with_ort_values(_feeds(self.feeds_at, args, values), self.out_names,
+                                            None)
+        return [convert(o) for convert, o in zip(self.outputs, got)]
+
+    def _bound(self, args, values: dict):
+        b = getattr(self.local, "binding", None)
+        if b is None:
+            b = self.local.binding = (self.C.SessionIOBinding(self.sess), {})
+            # get_outputs() lists outputs in the order they were first bound;
+            # binding a name again keeps its place.
+            for name in self.out_names:
+                b[0].bind_output(name, self.cpu)
+        io, bound = b
+        # An argument bound before as this tensor at this address is bound
+        # still: onnxruntime reads its memory at the run.
+        for name, i in self.feeds_at:
+            a = args[i]
+            last = bound.get(name)
+            if last is not None and last[0] is a and last[1] == a.data_ptr():
+                continue
+            if isinstance(a, torch.Tensor) and a.is_contiguous():
+                v = self.C.OrtValue.from_dlpack(_to_dlpack(a.detach()))
+                bound[name] = (a, a.data_ptr(), v)
+            else:  # a copy, or a scalar's tensor: new memory at each call
+                v = _feeds([(name, i)], args)[name]
+                bound[name] = (None, 0, v)
+            io.bind_ortvalue_input(name, v)
+        for k, name in self.allocated:  # allocated by onnxruntime at each run
+            io.bind_output(name, self.cpu)
+        written = []
+        for k, (name, i) in self.in_place_outs:
+            a = args[i]
+            last = bound.get(k)
+            if last is not None and last[0] is a and last[1] == a.data_ptr():
+                written.append(k)
+            elif a.is_contiguous():
+                v = self.C.OrtValue.from_dlpack(_to_dlpack(a.detach()))
+                bound[k] = (a, a.data_ptr(), v)
+                io.bind_ortvalue_output(name, v)
+                written.append(k)
+            else:
+                bound.pop(k, None)
+                io.bind_output(name, self.cpu)
+        self.sess.run_with_iobinding(io, None)
+        got = io.get_outputs()
+        outs = [None] * len(got)
+        for k, _ in self.allocated:
+            outs[k] = self.outputs[k](got[k])
+        for k, (_, i) in self.in_place_outs:
+            outs[k] = args[i] if k in written else self.outputs[k](got[k])
+        return outs
 
 
 def _ortvalue(a: torch.Tensor, i: int, values: dict | None):
-    """The OrtValue of tensor argument i: through DLPack, which keeps the
-    tensor alive; remembered in `values` while argument i is that tensor at
-    that address (a KV cache passed on every call)."""
+    """The OrtValue of tensor argument i: through a DLPack capsule, which
+    keeps the tensor alive; remembered in `values` while argument i is that
+    tensor at that address (a KV cache passed on every call)."""
     from onnxruntime.capi import _pybind_state as C
 
     if values is not None:
         hit = values.get(i)
         if hit is not None and hit[0] is a and hit[1] == a.data_ptr():
             return hit[2]
-    v = C.OrtValue.from_dlpack(a.detach().__dlpack__())
+    v = C.OrtValue.from_dlpack(_to_dlpack(a.detach()))
     if values is not None:
         values[i] = (a, a.data_ptr(), v)
     return v
@@ -664,33 +744,12 @@ def _feeds(feeds_at, args, values=None) -> dict:
         if not isinstance(a, torch.Tensor):  # a SymInt's value (or a float / bool)
             a = torch.tensor(a, dtype=torch.bool if isinstance(a, bool) else
                              torch.float32 if isinstance(a, float) else torch.int64)
-            feeds[name] = C.OrtValue.from_dlpack(a.__dlpack__())
+            feeds[name] = C.OrtValue.from_dlpack(_to_dlpack(a))
         elif not a.is_contiguous():
-            feeds[name] = C.OrtValue.from_dlpack(a.detach().contiguous().__dlpack__())
+            feeds[name] = C.OrtValue.from_dlpack(_to_dlpack(a.detach().contiguous()))
         else:
             feeds[name] = _ortvalue(a, i, values)
     return feeds
-
-
-def _run_in_place(session, feeds_at, out_names, args, in_place, values=None):
-    """_run, with output k written into the buffer of input in_place[k] and
-    returned as that very tensor."""
-    from onnxruntime.capi import _pybind_state as C
-
-    io = C.SessionIOBinding(session._sess)
-    for name, v in _feeds(feeds_at, args, values).items():
-        io.bind_ortvalue_input(name, v)
-    cpu = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
-    for k, name in enumerate(out_names):
-        i = in_place.get(k)
-        if i is not None and args[i].is_contiguous():
-            io.bind_ortvalue_output(name, _ortvalue(args[i], i, values))
-        else:
-            io.bind_output(name, cpu)
-    session._sess.run_with_iobinding(io, None)
-    got = io.get_outputs()
-    return [args[in_place[k]] if k in in_place and args[in_place[k]].is_contiguous() else got[k]
-            for k in range(len(out_names))]
 
 
 def _same_meta(a: torch.fx.Node, b: torch.fx.Node) -> bool:
@@ -699,23 +758,25 @@ def _same_meta(a: torch.fx.Node, b: torch.fx.Node) -> bool:
             and va.dtype == vb.dtype and va.shape == vb.shape)
 
 
-def _as_output(o, v):
-    if isinstance(v, torch.SymBool) or isinstance(v, bool):
-        return bool(torch.from_dlpack(o).item())
-    if isinstance(v, torch.SymInt) or isinstance(v, int):
-        return int(torch.from_dlpack(o).item())
-    if isinstance(v, torch.SymFloat) or isinstance(v, float):
-        return float(torch.from_dlpack(o).item())
-    t = torch.from_dlpack(o)
-    if isinstance(v, torch.Tensor) and t.dtype != v.dtype:  # bool through DLPack
-        t = t.to(v.dtype)
-    return t
+def _output_converter(v):
+    """OrtValue -> what the graph returns where its output's value is `v`:
+    a tensor (of v's dtype: bool comes through DLPack as uint8), or a Python
+    scalar for a SymInt / SymFloat / SymBool output."""
+    if isinstance(v, (torch.SymBool, bool)):
+        return lambda o: bool(_from_dlpack(o.to_dlpack()).item())
+    if isinstance(v, (torch.SymInt, int)):
+        return lambda o: int(_from_dlpack(o.to_dlpack()).item())
+    if isinstance(v, (torch.SymFloat, float)):
+        return lambda o: float(_from_dlpack(o.to_dlpack()).item())
+    if not isinstance(v, torch.Tensor):
+        return lambda o: _from_dlpack(o.to_dlpack())
+    dtype = v.dtype
 
+    def tensor(o):
+        t = _from_dlpack(o.to_dlpack())
+        return t if t.dtype == dtype else t.to(dtype)
 
-def np_asarray(v):
-    import numpy as np
-
-    return np.asarray(v)
+    return tensor
 
 
 def _numpy(v):
@@ -788,9 +849,9 @@ def _partitioned(fx_g, constant_ok, shape_env, opts: _Options, st: GraphStats):
 
     _normalize_meta(fx_g)
     placeholders = [n for n in fx_g.graph.nodes if n.op == "placeholder"]
-    ep = _exported_program(fx_g, [], [], shape_env)
+    program, _, _ = _program(fx_g, [], [], shape_env)
     unsupported = {op["target"]: op for op in _core.unsupported_ops(
-        program_tree(ep), opts.opset, opts.custom_functions)}
+        program, opts.opset, opts.custom_functions)}
     if not unsupported:
         return _OrtGraph(fx_g, constant_ok, shape_env, opts, st)
     st.fallback_ops = sorted(unsupported)
@@ -802,7 +863,8 @@ def _partitioned(fx_g, constant_ok, shape_env, opts: _Options, st: GraphStats):
 
     class Support(OperatorSupportBase):
         def is_node_supported(self, submodules, node) -> bool:
-            return node.op == "call_function" and not (_node_targets(node.target) & set(unsupported))
+            return (node.op == "call_function"
+                    and not _node_targets(node.target) & set(unsupported))
 
     split = CapabilityBasedPartitioner(fx_g, Support(), allows_single_node_partition=True)
     fused = split.partition_and_fuse()

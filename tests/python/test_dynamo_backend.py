@@ -413,3 +413,63 @@ def test_a_shared_session_options_object_serves_every_graph():
         for x in (torch.randn(2, 3, 8, 8), torch.randn(3, 3, 6, 6)):  # two graphs each
             torch.testing.assert_close(c(x), m(x), atol=ATOL, rtol=RTOL)
             torch.testing.assert_close(d(x), m(x), atol=ATOL, rtol=RTOL)
+
+
+class _LinearsAndConv(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 32)  # on [B, T, 16]: MatMul
+        self.head = torch.nn.Linear(32, 8)  # on [B, 32]: Gemm
+        self.conv = torch.nn.Conv2d(8, 16, 3)
+        self.bn = torch.nn.BatchNorm2d(16)  # folded into the conv: new weights
+
+    def forward(self, x, img):
+        h = torch.relu(self.proj(x)).mean(1)
+        return self.head(h), self.bn(self.conv(img))
+
+
+def test_weights_reach_onnxruntime_by_reference_not_in_the_model():
+    """No weight's bytes are in the model handed to onnxruntime: Linear
+    weights are read in their own layout (FusedMatMul / Gemm with transB), so
+    onnxruntime gets the parameters' own memory; folded conv weights go in
+    buffers the conversion made. The model is graph only."""
+    import onnx
+
+    torch.manual_seed(0)
+    m = _LinearsAndConv().eval()
+    m.bn.running_mean.uniform_(-0.5, 0.5)
+    m.bn.running_var.uniform_(0.5, 1.5)
+    x, img = torch.randn(2, 5, 16), torch.randn(2, 8, 7, 7)
+    before = len(dynamo_backend.stats())
+    c = torch.compile(m, backend="pt2onnx")
+    with torch.no_grad():
+        got = c(x, img)
+        want = m(x, img)
+        x2, img2 = torch.randn(2, 5, 16), torch.randn(2, 8, 7, 7)
+        got2, want2 = c(x2, img2), m(x2, img2)
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(got2, want2, atol=ATOL, rtol=RTOL)
+    (g,) = _new_graphs(before)
+    session = next(s for s in dynamo_backend._sessions.values() if id(s) == g.session_id)
+    model = onnx.load_from_string(session._model_bytes)
+    assert len(session._model_bytes) < 8192, len(session._model_bytes)
+    for init in model.graph.initializer:  # every large one is external, in memory
+        if onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize * max(
+                1, int(torch.tensor(list(init.dims)).prod())) >= 1024:
+            assert init.data_location == onnx.TensorProto.EXTERNAL, init.name
+    held = {name: view for name, (_, view) in session._pt2onnx_weights.items()}
+    ptrs = {v.data_ptr() for v in held.values()}
+    for p in (m.proj.weight, m.head.weight):
+        assert p.data_ptr() in ptrs, "a Linear weight was copied"
+    fused = [n for n in model.graph.node if n.op_type == "FusedMatMul"]
+    gemm = [n for n in model.graph.node if n.op_type == "Gemm"]
+    assert len(fused) == 1 and len(gemm) == 1, [n.op_type for n in model.graph.node]
+    for n in fused + gemm:
+        assert {a.name: a.i for a in n.attribute}.get("transB") == 1, n
+    # The folded conv weight: a buffer of the conversion's, the folded values.
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    w = held[conv.input[1]]
+    assert w.data_ptr() != m.conv.weight.data_ptr()
+    scale = m.bn.weight / torch.sqrt(m.bn.running_var + m.bn.eps)
+    torch.testing.assert_close(w, m.conv.weight.detach() * scale[:, None, None, None],
+                               atol=1e-6, rtol=1e-5)
