@@ -31,6 +31,10 @@ and pt2onnx too; dynamo would import pt2onnx on its first call).
   session's run method), the backend's own path around it (the graph call
   less that), and the rest of the call (dynamo's guards, AOTAutograd's
   wrapper, the model's Python outside the graph): medians of the same calls;
+- decode with skip_guard_eval_unsafe: the same decode step under
+  torch.compiler.set_stance(skip_guard_eval_unsafe=True) (torch's switch for
+  steady loops: only the guards that tell compiled graphs apart run),
+  interleaved with the plain step, for inductor and pt2onnx;
 - onnxruntime direct: the ONNX model the backend made for that graph (its
   bytes and the weights it left in PyTorch's memory), in a new
   InferenceSession fed the same inputs as numpy arrays: what the backend's own per-call path (dynamo's guards,
@@ -226,12 +230,20 @@ def child(name, way, out_dir):
 
             for _ in range(3):
                 decode()
+            def decode_unguarded():
+                # torch's own switch for steady loops: dynamo runs only the
+                # guards that tell its compiled graphs apart.
+                with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                    decode()
+
             ways = {"decode_steady_ms": decode}
+            if way != "eager":
+                ways["decode_unguarded_ms"] = decode_unguarded
             if way == "pt2onnx":
                 ways["decode_direct_ms"] = _direct(last_call)
             rep.update(_interleaved(ways, 60))
             if way == "pt2onnx":
-                rep["decode_split"] = per_call(60)
+                rep["decode_split"] = per_call(120)
 
             def prefill():
                 fn(input_ids=ids, past_key_values=cache, cache_position=pos)
@@ -358,6 +370,9 @@ def write_md(results):
                      None),
                     (" decode 1", r.get("decode_first_s"), r.get("decode_steady_ms"),
                      r.get("decode_direct_ms"), None)]
+            if r.get("decode_unguarded_ms"):
+                rows.append((" decode 1, skip_guard_eval_unsafe", None,
+                             r["decode_unguarded_ms"], r.get("decode_direct_ms"), None))
         for suffix, first, steady, direct, exp in rows:
             ratio = steady / direct if (direct and steady) else None
             ratio_exp = steady / exp if (exp and steady) else None
