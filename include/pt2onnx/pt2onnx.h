@@ -73,6 +73,25 @@ enum class OutputDType { Float32, Float16, BFloat16 };
 // "float32" / "float16" / "bfloat16"; nullopt for anything else.
 std::optional<OutputDType> output_dtype_from_string(std::string_view s);
 
+// Weights quantized at export (src/opt/quantize_weights.cpp): the float
+// weights that MatMul / Gemm read as B become `bits`-bit integers with one
+// scale (and, asymmetric, one zero point) per block of `block_size` values
+// along K, computed from the weight bytes as they are. Target onnxruntime:
+// com.microsoft MatMulNBits; standard: DequantizeLinear (blocked from opset
+// 21, int4 from 21) + MatMul.
+struct WeightQuantization {
+  int bits = 0;            // 0: off; 4 or 8
+  int64_t block_size = 0;  // 0: 32 for 4 bits; one block per column (per channel) for 8
+  bool symmetric = true;   // false: a zero point per block
+  int accuracy_level = 4;  // MatMulNBits': 0 = float compute, 4 = int8 compute (CPU)
+};
+
+// "int4" / "int8", then optional ",key=value" settings: block_size=N,
+// symmetric=0|1 (or the words symmetric / asymmetric), accuracy_level=N.
+// "" or "none": off. nullopt (with `error` set) for anything else.
+std::optional<WeightQuantization> weight_quantization_from_string(std::string_view s,
+                                                                  std::string* error);
+
 struct Options {
   int opset = 18;
   bool optimize = true;
@@ -146,6 +165,8 @@ struct Options {
   // operator reads them transposed (onnxruntime: FusedMatMul / Gemm with
   // transB), so a Linear weight stays the caller's bytes.
   bool weights_by_reference = false;
+  // See WeightQuantization; after every other pass, with or without `optimize`.
+  WeightQuantization quantize;
 };
 
 // An initializer left in the caller's memory (Options::weights_by_reference).

@@ -519,6 +519,23 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
         return ep, in_dim_names, out_dim_names
 
 
+def _quantize_spec(q: Any) -> str:
+    """export(quantize=) as the C++ core's spec: "int4" / "int8", then
+    ",key=value" settings (checked there)."""
+    if q is None or q == "":
+        return ""
+    if isinstance(q, str):
+        return q
+    if isinstance(q, Mapping):
+        d = dict(q)
+        kind = d.pop("dtype", None)
+        if kind not in ("int4", "int8"):
+            raise ValueError(f"quantize={q!r}: needs 'dtype': 'int4' or 'int8'")
+        items = [kind] + [f"{k}={int(v)}" for k, v in d.items()]
+        return ",".join(items)
+    raise TypeError(f"quantize must be 'int4', 'int8', a dict or None, not {q!r}")
+
+
 def _is_fake(t: torch.Tensor) -> bool:
     """A tensor without data: on the meta device, or a FakeTensor."""
     from torch._subclasses.fake_tensor import is_fake
@@ -559,8 +576,24 @@ def _weight_views(ep: torch.export.ExportedProgram):
             continue
         if not isinstance(t, torch.Tensor):
             continue  # custom objects: the converter reports them
-        views.append(_tensor_view(fqn, t, keep))
+        _add_views(views, fqn, t, keep)
     return views, keep
+
+
+def _add_views(views: list, fqn: str, t: torch.Tensor, keep: list):
+    """A plain tensor's view; for a tensor subclass that torch.export
+    traces through (torchao's quantized weights: the graph reads them with
+    export.access_subclass_inner_tensor), its inner tensors' as `fqn.attr`."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if is_traceable_wrapper_subclass(t):
+        attrs, _ = t.__tensor_flatten__()
+        for a in attrs:
+            inner = getattr(t, a)
+            if isinstance(inner, torch.Tensor):
+                _add_views(views, f"{fqn}.{a}", inner, keep)
+        return
+    views.append(_tensor_view(fqn, t, keep))
 
 
 @dataclass
@@ -771,6 +804,7 @@ def export(
     dtype: torch.dtype | str | None = None,
     weights: Any = None,
     verbose: bool | None = None,
+    quantize: str | Mapping[str, Any] | None = None,
     _state: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
@@ -846,6 +880,17 @@ def export(
     buffers the model computed at init (rotary inv_freq) are taken from the
     model unless the source holds them. A source tensor replaces the
     model's own data where both exist.
+    `quantize`: "int4" or "int8" quantizes the float weights that Linear /
+    MatMul layers multiply by (lm heads included; embeddings, convolutions
+    and norms stay float) while they are written, in C++ from the weight
+    bytes: blocks of `block_size` values along the input dim (int4: 32;
+    int8: one block per output channel) with a float scale each, symmetric
+    (default) or asymmetric (a zero point per block). target="onnxruntime"
+    writes com.microsoft MatMulNBits (with `accuracy_level`, default 4:
+    onnxruntime's int8 compute on CPU; 0 computes in float); "standard"
+    writes DequantizeLinear + MatMul (blocks and int4 need opset >= 21). A
+    dict sets the rest: {"dtype": "int4", "block_size": 64, "symmetric":
+    False, "accuracy_level": 0}. verify=True then needs verify_tolerance.
     `verbose`: None (default) or True shows a progress line on stderr when
     it is a terminal and the export runs longer than a second (the stage,
     and bytes written of the total while writing); False never does.
@@ -873,6 +918,10 @@ def export(
     if target not in TARGETS:
         raise ValueError(f"target must be one of {', '.join(map(repr, TARGETS))}, not {target!r}")
     dtype = dtype_name(dtype)
+    quantize = _quantize_spec(quantize)
+    if quantize and verify and verify_tolerance is None:
+        raise ValueError("verify=True with quantize= needs verify_tolerance=(atol, rtol): "
+                         "quantized weights change the outputs by more than rounding")
     if not isinstance(args, tuple):
         args = (args,) if not isinstance(args, list) else tuple(args)
     in_dim_names: dict[str, dict[int, str]] = {}
@@ -955,6 +1004,7 @@ def export(
             inline_functions=inline,
             target=target,
             dtype=dtype,
+            quantize=quantize,
             source_files=source.files,
             source_tensors=source.tensors,
             source_aliases=source.aliases,

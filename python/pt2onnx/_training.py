@@ -49,7 +49,14 @@ def module_mode(model, mode: TrainingMode):
         yield
         return
     saved = [(m, m.training) for m in model.modules()]
-    model.train(mode is TrainingMode.TRAINING)
+    if isinstance(model, torch.fx.GraphModule):
+        # A graph module's behaviour is its graph; the flag only reaches the
+        # submodules it calls. The one torch.export(...).module() returns
+        # (PT2E-quantized models are such) refuses train() / eval().
+        for m, _ in saved:
+            m.training = mode is TrainingMode.TRAINING
+    else:
+        model.train(mode is TrainingMode.TRAINING)
     try:
         yield
     finally:

@@ -314,6 +314,7 @@ def export_pretrained(
     weights: str = "empty",
     verbose: bool | None = None,
     external_data: bool | str | None = True,
+    quantize: str | dict | None = None,
 ) -> ExportResult:
     """Exports the local transformers checkpoint at `path` (config.json +
     weights, as save_pretrained writes) for `task` to `f` (default:
@@ -344,8 +345,15 @@ def export_pretrained(
     Both write the same file. `verify=True` runs the model in PyTorch, which
     then loads its weights (after the export): use verify=False for models
     larger than memory. `verbose` (the progress line) and `external_data`
-    ("shards:2GB": data files of at most 2 GB) are export()'s."""
+    ("shards:2GB": data files of at most 2 GB) are export()'s. So is
+    `quantize` ("int4" / "int8": Linear weights quantized while written);
+    a quantized file differs from PyTorch by more than rounding, so
+    verify=True then needs atol and rtol (pass verify=False to skip)."""
     name = _export_mod.dtype_name(dtype)
+    if quantize and verify and (atol is None or rtol is None):
+        raise ValueError("export_pretrained(quantize=...) with verify=True needs atol and rtol "
+                         "(quantized weights change the outputs by more than rounding); "
+                         "or pass verify=False")
     default_atol, default_rtol = _export_mod.DTYPE_TOLERANCE[name]
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
@@ -363,7 +371,7 @@ def export_pretrained(
         result = export(model, (), f, kwargs=example,
                         dynamic_shapes=inputs.dynamic_shapes(example), opset=opset,
                         target=target, dtype=name, weights=source, verbose=verbose,
-                        external_data=external_data)
+                        external_data=external_data, quantize=quantize)
     except ConversionError as e:
         if source is None or "the weights do not fit the model" not in str(e):
             raise
@@ -406,10 +414,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--external-data", default=None, metavar="MODE",
                    help="always (default), never, auto, or shards:SIZE (e.g. shards:2GB: "
                         "data files of at most that size)")
+    p.add_argument("--quantize", default=None, metavar="SPEC",
+                   help="int4 or int8: Linear weights quantized while written (settings after "
+                        "commas: block_size=N, asymmetric, accuracy_level=N); implies "
+                        "--no-verify (a quantized file differs from PyTorch by more than "
+                        "rounding)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
     a = p.parse_args(argv)
     try:
-        r = export_pretrained(a.path, a.task, a.output, opset=a.opset, verify=not a.no_verify,
+        r = export_pretrained(a.path, a.task, a.output, opset=a.opset,
+                              verify=not a.no_verify and not a.quantize, quantize=a.quantize,
                               target=a.target, dtype=a.dtype, weights=a.weights,
                               verbose=False if a.quiet else None,
                               external_data={None: True, "always": True, "never": False,

@@ -47,6 +47,11 @@ void usage(FILE* out) {
       "  --dtype TYPE               float32 (default), float16 or bfloat16: weights,\n"
       "                             inputs, outputs and compute in that type; norm\n"
       "                             statistics, softmax and sums stay float32\n"
+      "  --quantize SPEC            int4 or int8: Linear / MatMul weights quantized in\n"
+      "                             blocks while written (MatMulNBits with --target\n"
+      "                             onnxruntime; DequantizeLinear + MatMul otherwise);\n"
+      "                             settings after commas: block_size=N (int4: 32;\n"
+      "                             int8: per channel), asymmetric, accuracy_level=N\n"
       "  --fallback custom_domain   write ops with no converter as pkg.torch.ops nodes\n"
       "                             (listed on stderr) instead of failing\n"
       "  --functions FILE.onnx      custom converters: an ONNX file of functions, each\n"
@@ -201,6 +206,11 @@ int run_convert(const std::vector<std::string>& args) {
       auto d = pt2onnx::output_dtype_from_string(value());
       if (!d) throw UsageError{"--dtype must be float32, float16 or bfloat16"};
       o.dtype = *d;
+    } else if (a == "--quantize") {
+      std::string why;
+      auto q = pt2onnx::weight_quantization_from_string(value(), &why);
+      if (!q) throw UsageError{"--quantize: " + why};
+      o.quantize = *q;
     } else if (a == "--no-optimize") {
       o.optimize = false;
     } else if (a == "--fallback") {

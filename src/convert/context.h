@@ -31,6 +31,12 @@ struct Env {
   const class CustomConverters* custom = nullptr;
 };
 
+// Env::cache key of inner tensor `attr` of the tensor-subclass weight bound
+// to placeholder `placeholder`.
+inline std::string subclass_inner_key(const std::string& placeholder, const std::string& attr) {
+  return "subclass_inner:" + placeholder + ":" + attr;
+}
+
 class Ctx {
  public:
   Ctx(GraphBuilder& builder, const schema::Program& p, const schema::Node& n, Env& e)

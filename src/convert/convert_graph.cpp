@@ -124,6 +124,36 @@ void check_weight(const std::string& fqn, const WeightView& w, const schema::Ten
   if (*need > 0 && !w.data) bad("no data");
 }
 
+// A tensor-subclass weight (torchao's quantized tensors): the graph reads its
+// inner tensors with export.access_subclass_inner_tensor, and the weights
+// hold them as `fqn.attr` (python/pt2onnx/_export.py). Each becomes an
+// initializer of that name, found by the access converter (convert/subclass.cpp)
+// under the key subclass_inner_key(placeholder, attr). False: none given.
+bool add_inner_tensors(GraphBuilder& b, Env& env, const InputSpec& spec, const Weights& weights) {
+  const std::string prefix = spec.target + ".";
+  std::map<std::string, const WeightView*> inner;  // sorted: initializers in a stable order
+  for (const auto& [name, v] : weights)
+    if (name.compare(0, prefix.size(), prefix) == 0 &&
+        name.find('.', prefix.size()) == std::string::npos)  // nested subclasses: not read here
+      inner.emplace(name, &v);
+  for (const auto& [name, vp] : inner) {
+    const std::string attr = name.substr(prefix.size());
+    const WeightView& v = *vp;
+    TensorData d;
+    d.dtype = dtype_from_torch_name(v.dtype);
+    d.dims = v.sizes;
+    d.strides = v.strides;
+    d.data = static_cast<const uint8_t*>(v.data);
+    d.src_fd = v.source_fd;
+    d.src_offset = v.source_offset;
+    auto need = strided_span_bytes(v.sizes, v.strides, dtype_size(d.dtype));
+    if (d.dtype == DType::Undefined || !need || *need > v.available_bytes || (*need > 0 && !v.data))
+      throw Error("weight '" + name + "': unreadable inner tensor of a tensor subclass");
+    env.cache[subclass_inner_key(spec.arg_name, attr)] = b.initializer(name, std::move(d));
+  }
+  return !inner.empty();
+}
+
 // Every node of prog.graph through its converter, into the builder's current scope.
 void convert_nodes(GraphBuilder& b, const schema::Program& prog, Env& env) {
   AliasTracker aliases(b, prog, env);
@@ -362,6 +392,7 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
         if (meta == prog.graph.tensor_values.end())
           throw Error("program has no metadata for placeholder '" + spec.arg_name + "'");
         auto w = weights.find(spec.target);
+        if (w == weights.end() && add_inner_tensors(b, env, spec, weights)) break;
         if (w == weights.end())
           throw Error("weight '" + spec.target + "' (placeholder '" + spec.arg_name +
                       "') is missing from the weights given to the converter");

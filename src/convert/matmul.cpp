@@ -351,9 +351,16 @@ void einsum(Ctx& c) {
   c.set_output(0, c.cast(c.b.op("Einsum", in, {Attr::Str("equation", eq)}), ot));
 }
 
+// int8 x int8 -> int32 (torchao's dynamically quantized linear).
+void int_mm(Ctx& c) {
+  c.set_output(0, c.b.op("MatMulInteger", {c.tensor("self"), c.tensor("mat2")}, {},
+                         ValueType{DType::Int32, c.out_type().shape}));
+}
+
 }  // namespace
 
 void register_matmul(Registry& r) {
+  r.add("torch.ops.aten._int_mm.default", int_mm);
   const std::string p = "torch.ops.aten.";
   r.add(p + "linear.default", linear);
   r.add(p + "addmm.default", addmm);

@@ -75,6 +75,7 @@ const Registry& registry() {
     register_norm(x);
     register_pad(x);
     register_pool(x);
+    register_quantize(x);
     register_random(x);
     register_reduce(x);
     register_resize(x);
@@ -83,6 +84,7 @@ const Registry& registry() {
     register_signal(x);
     register_sort(x);
     register_storage(x);
+    register_subclass(x);
     register_symint(x);
     return x;
   }();

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <map>
@@ -72,6 +73,50 @@ std::optional<OutputDType> output_dtype_from_string(std::string_view s) {
   if (s == "float16") return OutputDType::Float16;
   if (s == "bfloat16") return OutputDType::BFloat16;
   return std::nullopt;
+}
+
+std::optional<WeightQuantization> weight_quantization_from_string(std::string_view s,
+                                                                  std::string* error) {
+  WeightQuantization q;
+  auto fail = [&](const std::string& why) -> std::optional<WeightQuantization> {
+    if (error) *error = why;
+    return std::nullopt;
+  };
+  if (s.empty() || s == "none") return q;
+  size_t comma = s.find(',');
+  std::string_view kind = s.substr(0, comma);
+  if (kind == "int4")
+    q.bits = 4;
+  else if (kind == "int8")
+    q.bits = 8;
+  else
+    return fail("quantize must be 'int4' or 'int8', not '" + std::string(kind) + "'");
+  while (comma != std::string_view::npos) {
+    size_t next = s.find(',', comma + 1);
+    std::string item(s.substr(comma + 1, next == std::string_view::npos ? next : next - comma - 1));
+    comma = next;
+    size_t eq = item.find('=');
+    std::string key = item.substr(0, eq),
+                value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    if (eq == std::string::npos && (key == "symmetric" || key == "asymmetric")) {
+      q.symmetric = key == "symmetric";
+      continue;
+    }
+    char* end = nullptr;
+    long long v = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0')
+      return fail("quantize setting '" + item + "': expected key=integer");
+    if (key == "block_size")
+      q.block_size = v;
+    else if (key == "symmetric")
+      q.symmetric = v != 0;
+    else if (key == "accuracy_level" && v >= 0 && v <= 4)
+      q.accuracy_level = static_cast<int>(v);
+    else
+      return fail("quantize setting '" + item +
+                  "': known are block_size, symmetric, asymmetric, accuracy_level (0-4)");
+  }
+  return q;
 }
 
 int ir_version_for_opset(int opset) {
@@ -258,6 +303,11 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
     });
   if (!options.optimize && dtype != DType::Float)
     stage("converting to float16", [&] { return convert_float16(g, dtype, options.opset); });
+  // Last: the weights as every other pass left them (float16 included).
+  if (options.quantize.bits)
+    stage("quantizing weights", [&] {
+      return quantize_weights(g, options.quantize, PassOptions{options.opset, options.target});
+    });
   auto t3 = clock::now();
   // Model-local functions need IR version 8 (opsets 13 and 14 otherwise get 7).
   if (!g.functions.empty() && r.ir_version < 8) r.ir_version = 8;

@@ -49,6 +49,8 @@ size_t dtype_size(DType t) {
     case DType::Complex32:
       return 4;
     case DType::Float8E8M0:
+    case DType::Int4:
+    case DType::UInt4:
       return 1;
     case DType::BFloat16:
       return 2;
@@ -108,6 +110,10 @@ std::string_view dtype_name(DType t) {
       return "float8_e8m0fnu";
     case DType::Complex32:
       return "complex32";
+    case DType::Int4:
+      return "int4";
+    case DType::UInt4:
+      return "uint4";
     default:
       return "undefined";
   }

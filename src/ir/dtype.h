@@ -29,6 +29,8 @@ enum class DType : int32_t {
   Float8E4M3FNUZ = 18,
   Float8E5M2 = 19,
   Float8E5M2FNUZ = 20,
+  UInt4 = 21,  // two per byte, the first in the low nibble (packed_nbytes)
+  Int4 = 22,
   Float8E8M0 = 24,
   // Not an ONNX type: torch's complex32 (chalf). Like every complex type it
   // only ever appears in FX metadata; its ONNX value is float16 [..., 2]
@@ -36,7 +38,10 @@ enum class DType : int32_t {
   Complex32 = 1009,
 };
 
+// Bytes per element; 1 for the 4-bit types, whose tensors hold two per
+// byte (TensorData::nbytes counts them so).
 size_t dtype_size(DType t);
+inline bool is_4bit(DType t) { return t == DType::Int4 || t == DType::UInt4; }
 std::string_view dtype_name(DType t);
 bool is_floating(DType t);
 bool is_integral(DType t);  // excludes Bool

@@ -81,7 +81,10 @@ struct TensorData {
   std::shared_ptr<const ChannelScale> scale;
 
   int64_t numel() const;
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  size_t nbytes() const {
+    auto n = static_cast<size_t>(numel());
+    return is_4bit(dtype) ? (n + 1) / 2 : n * dtype_size(dtype);
+  }
   bool is_contiguous() const;
   bool lazy() const { return (stored != DType::Undefined || scale) && !owned; }
   // The type of the elements at `data`.

@@ -350,6 +350,14 @@ const std::unordered_map<std::string, InferFn>& table() {
          {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSumExp",
           "ReduceLogSum", "ReduceSumSquare", "ReduceL1", "ReduceL2"})
       m[op] = infer_reduce;
+    // Quantized values take the zero point's type (always given here), and
+    // dequantized ones the scale's.
+    m["QuantizeLinear"] = [](const GraphBuilder& b, const Node& n) {
+      return std::vector<ValueType>{ValueType{in_type(b, n, 2).dtype, in_type(b, n, 0).shape}};
+    };
+    m["DequantizeLinear"] = [](const GraphBuilder& b, const Node& n) {
+      return std::vector<ValueType>{ValueType{in_type(b, n, 1).dtype, in_type(b, n, 0).shape}};
+    };
     m["Range"] = [](const GraphBuilder& b, const Node& n) {
       return std::vector<ValueType>{ValueType{in_type(b, n, 0).dtype, Shape{Dim::unknown()}}};
     };

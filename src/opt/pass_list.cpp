@@ -35,6 +35,7 @@ size_t run_nested_first(Graph& g, FusionPass fn, const PassOptions& o) {
 void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
   static const std::pair<const char*, Pass> kPasses[] = {
       {"fold_constants", fold_constants},
+      {"fold_weight_quantize", fold_weight_quantize},
       {"fold_conv_batchnorm", fold_conv_batchnorm},
       {"fold_weight_transpose", fold_weight_transpose},
       {"remove_identity", remove_identity},

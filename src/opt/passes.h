@@ -29,10 +29,16 @@ struct PassOptions {
 // graph reads, and never touch a nested graph's inputs.
 size_t fold_constants(Graph& g);
 size_t fold_weight_transpose(Graph& g);
+size_t fold_weight_quantize(Graph& g);
 size_t fold_conv_batchnorm(Graph& g);
 size_t remove_identity(Graph& g);
 size_t eliminate_common_subexpressions(Graph& g);
 size_t remove_unused(Graph& g);
+
+// Float weights read as MatMul / Gemm's B -> blocked integers (see
+// WeightQuantization): MatMulNBits (onnxruntime target) or DequantizeLinear +
+// MatMul. Fails naming the reason when the opset cannot say it.
+size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions& o);
 
 // Fusions: each rewrites the node patterns it proves equal to one fused
 // operator, and leaves every near miss alone. They take the opset and target

@@ -78,8 +78,12 @@ nb::dict convert(nb::object program, const std::vector<WeightTuple>& weights,
                  const std::vector<WeightTuple>& source_tensors,
                  const std::map<std::string, std::vector<std::string>>& source_aliases,
                  bool allow_unused, bool convert_floats, nb::object progress, uint64_t shard_bytes,
-                 bool in_memory, bool weights_by_reference) {
+                 bool in_memory, bool weights_by_reference, const std::string& quantize) {
   pt2onnx::Options o;
+  std::string why;
+  auto wq = pt2onnx::weight_quantization_from_string(quantize, &why);
+  if (!wq) throw pt2onnx::Error(why);
+  o.quantize = *wq;
   o.in_memory = in_memory;
   o.weights_by_reference = weights_by_reference;
   auto t = pt2onnx::target_from_string(target);
@@ -230,7 +234,7 @@ NB_MODULE(_core, m) {
         nb::arg("source_aliases") = std::map<std::string, std::vector<std::string>>{},
         nb::arg("allow_unused") = false, nb::arg("convert_floats") = false,
         nb::arg("progress") = nb::none(), nb::arg("shard_bytes") = 0, nb::arg("in_memory") = false,
-        nb::arg("weights_by_reference") = false);
+        nb::arg("weights_by_reference") = false, nb::arg("quantize") = "");
   m.def(
       "external_data_shards",
       [](const std::string& spec) { return pt2onnx::external_data_shards_from_string(spec); },
