@@ -1,8 +1,10 @@
 #include "schema/sym_expr.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <system_error>
+#include <tuple>
 
 #include "pt2onnx/error.h"
 
@@ -186,9 +188,23 @@ std::string SymExpr::render(const std::map<std::string, std::string>& names) con
     return r;
   };
   if (head == "Add") {
+    // Terms in one order whatever order torch printed them in (it sorts by
+    // its own symbol names, which the names given here reorder): a sum of the
+    // same dims is the same dim_param string, which shape checks compare
+    // (a cache's key and value lengths, e.g.). Positive terms first, numbers
+    // last in each group: "past + seq", "2*s0 - 1".
+    std::vector<std::string> terms;
+    for (size_t i = 0; i < args.size(); ++i) terms.push_back(sub(i));
+    auto key = [](const std::string& t) {
+      const bool neg = !t.empty() && t[0] == '-';
+      const char c = t.empty() ? ' ' : t[neg ? 1 : 0];
+      return std::make_tuple(neg, c >= '0' && c <= '9', t);
+    };
+    std::stable_sort(terms.begin(), terms.end(),
+                     [&](const std::string& a, const std::string& b) { return key(a) < key(b); });
     std::string r;
-    for (size_t i = 0; i < args.size(); ++i) {
-      std::string t = sub(i);
+    for (size_t i = 0; i < terms.size(); ++i) {
+      const std::string& t = terms[i];
       if (i && !t.empty() && t[0] == '-')
         r += " - " + t.substr(1);
       else

@@ -122,6 +122,14 @@ TEST(SymExpr, ParsesAndRenders) {
       "Add(Mul(Integer(2), Symbol('s0', integer=True, positive=True)), Integer(-1))");
   EXPECT_EQ(e->render(), "2*s0 - 1");
   EXPECT_EQ(e->render({{"s0", "batch"}}), "2*batch - 1");
+  // A sum renders in one order whatever order torch printed its terms in (torch
+  // sorts by its own symbol names): the same dims give the same dim_param.
+  const std::map<std::string, std::string> names{{"s3", "past"}, {"s10", "seq"}};
+  EXPECT_EQ(parse_sym_expr("Add(Symbol('s10'), Symbol('s3'))")->render(names), "past + seq");
+  EXPECT_EQ(parse_sym_expr("Add(Symbol('s3'), Symbol('s10'))")->render(names), "past + seq");
+  EXPECT_EQ(parse_sym_expr("Add(Integer(-1), Symbol('s10'))")->render(names), "seq - 1");
+  EXPECT_EQ(parse_sym_expr("Add(Integer(1), Symbol('s10'), Symbol('s3'))")->render(names),
+            "past + seq + 1");
   EXPECT_EQ(e->eval({{"s0", 5}}), 9);
   EXPECT_FALSE(e->eval({}).has_value());
   auto f = parse_sym_expr("FloorDiv(Symbol('s1', integer=True), Integer(2))");

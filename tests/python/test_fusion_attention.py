@@ -189,13 +189,13 @@ def test_kv_cache_mask_not_causal_stays_standard(tmp_path):
                                       mask)), **TOL)
 
 
-def tiny_llama(tmp_path, heads=4, kv_heads=2, hidden=128):
+def tiny_llama(tmp_path, heads=4, kv_heads=2, hidden=128, layers=2):
     from pt2onnx import hf
 
     hf.prepare()
     import transformers as tr
 
-    cfg = tr.LlamaConfig(hidden_size=hidden, intermediate_size=256, num_hidden_layers=2,
+    cfg = tr.LlamaConfig(hidden_size=hidden, intermediate_size=256, num_hidden_layers=layers,
                          num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=1000,
                          max_position_embeddings=256)
     torch.manual_seed(0)
@@ -230,6 +230,24 @@ def test_llama_with_past(tmp_path, opset, target, op):
             if n.op_type == "GroupQueryAttention":
                 a = {x.name: x.i for x in n.attribute}
                 assert a["do_rotary"] == 1 and n.input[1] == n.input[2] == ""
+
+
+def test_llama_with_past_every_layer_fused(tmp_path):
+    # Each layer's present key and value lengths are one sum of dims (past +
+    # seq); torch prints its terms in the order of its own symbol names, which
+    # differed between a layer's key and value from the sixth layer on, and
+    # the differing dim_param strings kept that layer's attention unfused.
+    from pt2onnx import hf
+
+    d = tiny_llama(tmp_path, hidden=64, layers=7)
+    out = tmp_path / "m.onnx"
+    hf.export_pretrained(str(d), "text-generation-with-past", str(out), target="onnxruntime",
+                         atol=1e-4, rtol=1e-4)
+    assert ops(str(out))["GroupQueryAttention"] == 7
+    m = onnx.load(str(out), load_external_data=False)
+    lengths = {d.dim_param for o in m.graph.output if o.name.startswith("present")
+               for d in o.type.tensor_type.shape.dim if d.dim_param and "+" in d.dim_param}
+    assert lengths == {"past_sequence_length + sequence_length"}, lengths
 
 
 def test_llama_with_past_float16_onnxruntime(tmp_path):
