@@ -88,6 +88,8 @@ const std::vector<std::pair<const char*, FusionPass>>& fusions() {
       // At the end, after attention (which reads the MatMuls it replaces).
       {"fuse_matmul_transpose", fuse_matmul_transpose},
       {"fuse_gemm", fuse_gemm},
+      // After fuse_gemm (it reads Gemm's transB and bias).
+      {"fuse_dequantize_matmul", fuse_dequantize_matmul},
   };
   return kFusions;
 }

@@ -54,6 +54,10 @@ size_t fuse_rotary(Graph& g, const PassOptions& o);
 size_t fuse_gelu(Graph& g, const PassOptions& o);
 size_t fuse_matmul_transpose(Graph& g, const PassOptions& o);
 size_t fuse_gemm(Graph& g, const PassOptions& o);
+// A program's integer weights times A (DequantizeLinear / Cast of constant
+// integers into MatMul or Gemm) as MatMulNBits (onnxruntime target;
+// fuse_dequantize_matmul.cpp).
+size_t fuse_dequantize_matmul(Graph& g, const PassOptions& o);
 // Reshape -> Gemm -> Reshape (a Linear on rank > 2 input, as AOTAutograd
 // writes it) back to MatMul + Add, before the fusions (unflatten_gemm.cpp).
 size_t unflatten_gemm(Graph& g, const PassOptions& o);

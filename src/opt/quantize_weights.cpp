@@ -25,6 +25,7 @@
 #include <map>
 #include <thread>
 
+#include "opt/blockwise.h"
 #include "opt/passes.h"
 #include "opt/pattern.h"
 #include "pt2onnx/error.h"
@@ -72,21 +73,8 @@ std::optional<Source> source_of(const TensorData& d, bool transposed) {
   return s;
 }
 
-struct Plan {
-  int bits = 4;
-  int64_t block = 32;  // values per block along K
-  int64_t blocks = 0;  // ceil(K / block)
-  bool symmetric = true;
-};
-
-// Integers (unsigned, 0 .. 2^bits - 1, zero point `zp`), scales and zero
-// points of every column, column-major: q[n * K + k], scale / zp[n * blocks + b].
-struct Quantized {
-  std::vector<uint8_t> q, zp;
-  std::vector<float> scale;
-};
-
-void quantize_columns(const Source& s, const Plan& pl, int64_t n0, int64_t n1, Quantized& out) {
+void quantize_columns(const Source& s, const BlockPlan& pl, int64_t n0, int64_t n1,
+                      BlockQuantized& out) {
   const int64_t K = s.K;
   const float top = static_cast<float>((1 << pl.bits) - 1);
   const float neg = -static_cast<float>(1 << (pl.bits - 1));
@@ -124,8 +112,10 @@ void quantize_columns(const Source& s, const Plan& pl, int64_t n0, int64_t n1, Q
   }
 }
 
-Quantized quantize(const Source& s, const Plan& pl) {
-  Quantized r;
+BlockQuantized quantize(const Source& s, const BlockPlan& pl) {
+  BlockQuantized r;
+  r.K = s.K;
+  r.N = s.N;
   r.q.resize(static_cast<size_t>(s.K * s.N));
   r.scale.resize(static_cast<size_t>(s.N * pl.blocks));
   r.zp.resize(r.scale.size());
@@ -145,73 +135,11 @@ Quantized quantize(const Source& s, const Plan& pl) {
   return r;
 }
 
-TensorData floats_as(DType t, std::vector<int64_t> dims, const std::vector<float>& v) {
-  if (t == DType::Float) return TensorData::from_vector(t, std::move(dims), v);
-  std::vector<uint16_t> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    h[i] = t == DType::Float16 ? float_to_half(v[i]) : float_to_bfloat16(v[i]);
-  return TensorData::from_vector(t, std::move(dims), h);
-}
-
-// Sets nibble i of packed 4-bit storage.
-void put_nibble(std::vector<uint8_t>& b, size_t i, uint8_t v) {
-  b[i / 2] = static_cast<uint8_t>(b[i / 2] | ((v & 0xF) << (4 * (i % 2))));
-}
-
-struct Made {
-  std::vector<Initializer> inits;  // B (or q), scales, zero points
-  std::string b, scale, zp;
-};
-
-// MatMulNBits' inputs: B [N, blocks, block * bits / 8], scales [N * blocks],
-// zero points (asymmetric) [N * ceil(blocks * bits / 8)].
-Made nbits_inputs(const Quantized& qz, const Source& s, const Plan& pl, DType ft,
-                  const std::string& base, FreshNames& names) {
-  const int64_t blob = pl.block * pl.bits / 8;
-  std::vector<uint8_t> b(static_cast<size_t>(s.N * pl.blocks * blob), 0);
-  for (int64_t n = 0; n < s.N; ++n)
-    for (int64_t blk = 0; blk < pl.blocks; ++blk) {
-      const uint8_t pad = qz.zp[static_cast<size_t>(n * pl.blocks + blk)];
-      const size_t at = static_cast<size_t>((n * pl.blocks + blk) * blob);
-      for (int64_t j = 0; j < pl.block; ++j) {
-        const int64_t k = blk * pl.block + j;
-        // Past K the last block is padded with its zero point (value 0).
-        const uint8_t v = k < s.K ? qz.q[static_cast<size_t>(n * s.K + k)] : pad;
-        if (pl.bits == 8)
-          b[at + static_cast<size_t>(j)] = v;
-        else
-          b[at + static_cast<size_t>(j / 2)] |= static_cast<uint8_t>(v << (4 * (j % 2)));
-      }
-    }
-  Made m;
-  m.b = names(base + (pl.bits == 4 ? "_q4" : "_q8"));
-  m.inits.push_back(
-      {m.b, TensorData::from_bytes(DType::UInt8, {s.N, pl.blocks, blob}, std::move(b))});
-  m.scale = names(base + "_scales");
-  m.inits.push_back({m.scale, floats_as(ft, {s.N * pl.blocks}, qz.scale)});
-  if (!pl.symmetric) {
-    m.zp = names(base + "_zero_points");
-    if (pl.bits == 8) {
-      m.inits.push_back({m.zp, TensorData::from_bytes(DType::UInt8, {s.N * pl.blocks}, qz.zp)});
-    } else {
-      const int64_t per_col = (pl.blocks + 1) / 2;
-      std::vector<uint8_t> z(static_cast<size_t>(s.N * per_col), 0);
-      for (int64_t n = 0; n < s.N; ++n)
-        for (int64_t blk = 0; blk < pl.blocks; ++blk)
-          put_nibble(z, static_cast<size_t>(n * per_col * 2 + blk),
-                     qz.zp[static_cast<size_t>(n * pl.blocks + blk)]);
-      m.inits.push_back(
-          {m.zp, TensorData::from_bytes(DType::UInt8, {s.N * per_col}, std::move(z))});
-    }
-  }
-  return m;
-}
-
 // DequantizeLinear's inputs for B [K, N]: q (int4 / int8 when symmetric,
 // uint4 / uint8 with zero points), scales and zero points [blocks, N], or
 // [N] per channel (one block).
-Made dq_inputs(const Quantized& qz, const Source& s, const Plan& pl, DType st,
-               const std::string& base, FreshNames& names) {
+BlockInitializers dq_inputs(const BlockQuantized& qz, const Source& s, const BlockPlan& pl,
+                            DType st, const std::string& base, FreshNames& names) {
   const bool four = pl.bits == 4;
   const DType qt =
       pl.symmetric ? (four ? DType::Int4 : DType::Int8) : (four ? DType::UInt4 : DType::UInt8);
@@ -238,7 +166,7 @@ Made dq_inputs(const Quantized& qz, const Source& s, const Plan& pl, DType st,
       sc[static_cast<size_t>(blk * s.N + n)] = qz.scale[static_cast<size_t>(n * pl.blocks + blk)];
       zp[static_cast<size_t>(blk * s.N + n)] = qz.zp[static_cast<size_t>(n * pl.blocks + blk)];
     }
-  Made m;
+  BlockInitializers m;
   m.b = names(base + (four ? "_q4" : "_q8"));
   m.inits.push_back({m.b, TensorData::from_bytes(qt, {s.K, s.N}, std::move(q))});
   m.scale = names(base + "_scales");
@@ -290,7 +218,8 @@ size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions
             "quantize with float16 and target='standard' needs opset 19 or later "
             "(float16 scales in DequantizeLinear)");
   FreshNames names(g);
-  std::map<std::pair<std::string, bool>, Made> done;  // (weight, transposed) -> its quantized form
+  std::map<std::pair<std::string, bool>, BlockInitializers>
+      done;  // (weight, transposed) -> its quantized form
   std::map<std::pair<std::string, bool>, Source> sources;
   std::vector<Initializer> added;
   Rewriter rw(g);
@@ -325,7 +254,7 @@ size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions
     auto src = source_of(*d, transposed);
     if (!src || src->K < 16 || src->N < 1) continue;
 
-    Plan pl;
+    BlockPlan pl;
     pl.bits = q.bits;
     pl.symmetric = q.symmetric;
     if (q.block_size > 0)
@@ -341,19 +270,19 @@ size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions
     const auto key = std::make_pair(w, transposed);
     auto it = done.find(key);
     if (it == done.end()) {
-      Quantized qz = quantize(*src, pl);
+      BlockQuantized qz = quantize(*src, pl);
       // MatMulNBits holds W in its own [N, K] layout: named after W, not
       // after fold_weight_transpose's `W.T` view.
       std::string base = w;
       if (ort && base.size() > 2 && base.compare(base.size() - 2, 2, ".T") == 0)
         base.resize(base.size() - 2);
-      Made m = ort ? nbits_inputs(qz, *src, pl, at->dtype, base, names)
-                   : dq_inputs(qz, *src, pl, at->dtype, base, names);
+      BlockInitializers m = ort ? matmul_nbits_inputs(qz, pl, at->dtype, base, names)
+                                : dq_inputs(qz, *src, pl, at->dtype, base, names);
       for (auto& i : m.inits) added.push_back(i);
       it = done.emplace(key, std::move(m)).first;
       sources.emplace(key, *src);
     }
-    const Made& m = it->second;
+    const BlockInitializers& m = it->second;
     const Source& s = sources.at(key);
     std::vector<Node> out;
     std::string y = n.outputs[0];

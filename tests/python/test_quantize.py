@@ -328,7 +328,10 @@ def test_pt2e_static_torchvision(name, tmp_path):
     x = torch.randn(2, 3, 64, 64)
     qm = _pt2e(model, (x,))
     path = str(tmp_path / "q.onnx")
-    pt2onnx.export(qm, (x,), path)
+    # The onnxruntime target keeps the static QDQ pairs for onnxruntime's
+    # QDQ optimizer (no MatMulNBits for a quantized activation).
+    pt2onnx.export(qm, (x,), path, target="onnxruntime")
+    assert "MatMulNBits" not in _ops(path)
     init = onnx.load(path).graph.initializer
     int8 = sum(np.prod(i.dims) for i in init if i.data_type == onnx.TensorProto.INT8)
     flt = sum(np.prod(i.dims) for i in init if i.data_type == onnx.TensorProto.FLOAT)
@@ -409,20 +412,23 @@ def test_pt2e_dynamic_bert(tmp_onnx):
 def _torchao_configs():
     from torchao.quantization import (Int8DynamicActivationInt8WeightConfig,
                                       Int8WeightOnlyConfig, IntxWeightOnlyConfig)
-    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.granularity import PerAxis, PerGroup
 
     return {
         "int8_weight_only": Int8WeightOnlyConfig(),
         "int4_weight_only_group32": IntxWeightOnlyConfig(weight_dtype=torch.int4,
                                                          granularity=PerGroup(32)),
+        "int4_weight_only_per_channel": IntxWeightOnlyConfig(weight_dtype=torch.int4,
+                                                             granularity=PerAxis(0)),
         "int8_dynamic_activation": Int8DynamicActivationInt8WeightConfig(),
     }
 
 
+@pytest.mark.parametrize("target", ["standard", "onnxruntime"])
 @pytest.mark.parametrize("opset", [18, 21])
 @pytest.mark.parametrize("config", ["int8_weight_only", "int4_weight_only_group32",
-                                    "int8_dynamic_activation"])
-def test_torchao_quantize_configs(config, opset, tmp_onnx):
+                                    "int4_weight_only_per_channel", "int8_dynamic_activation"])
+def test_torchao_quantize_configs(config, opset, target, tmp_onnx):
     from torchao.quantization import quantize_
 
     torch.manual_seed(0)
@@ -430,12 +436,19 @@ def test_torchao_quantize_configs(config, opset, tmp_onnx):
     m.eval()
     quantize_(m, _torchao_configs()[config])
     x = torch.randn(3, 64)
-    pt2onnx.export(m, (x,), tmp_onnx, opset=opset,
+    pt2onnx.export(m, (x,), tmp_onnx, opset=opset, target=target,
                    dynamic_shapes=({0: torch.export.Dim("b")},))
     init = onnx.load(tmp_onnx).graph.initializer
     assert not any(i.data_type == onnx.TensorProto.FLOAT and np.prod(i.dims) >= 64 * 96
                    for i in init), "a float copy of a quantized weight"
-    if config == "int4_weight_only_group32" and opset >= 21:
+    # onnxruntime target: weight-only layers multiply the integers as they are
+    # (MatMulNBits), except blocks at opset < 21 (no blocked DequantizeLinear:
+    # computed as torch does) and the dynamic config (MatMulInteger).
+    nbits = _ops(tmp_onnx).count("MatMulNBits")
+    fusable = config != "int8_dynamic_activation" and not (
+        config == "int4_weight_only_group32" and opset < 21)
+    assert nbits == (2 if target == "onnxruntime" and fusable else 0), _ops(tmp_onnx)
+    if config == "int4_weight_only_group32" and opset >= 21 and target == "standard":
         dq = [n for n in onnx.load(tmp_onnx).graph.node if n.op_type == "DequantizeLinear"]
         assert len(dq) == 2 and all(any(a.name == "block_size" for a in n.attribute) for n in dq)
     for n in (1, 5):
