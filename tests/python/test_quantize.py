@@ -140,6 +140,24 @@ def test_per_channel_exact(axis, tmp_onnx):
     np.testing.assert_allclose(got, dq(q).numpy(), atol=1e-6, rtol=1e-6)
 
 
+def test_int32_bias_dequantize(tmp_onnx):
+    # A bias quantized to int32 at scale s_x * s_w per output channel (XNNPACK's
+    # PT2E recipe), dequantized as the program reads it.
+    bias = torch.randint(-2**20, 2**20, (16,), dtype=torch.int32)
+    scales = torch.rand(16) * 1e-4 + 1e-5
+
+    def f(s, x):
+        b = qd.dequantize_per_channel(s.bias, s.scales, None, 0, -2**31, 2**31 - 1, torch.int32)
+        return x + b
+
+    m = Fn(f, bias=bias, scales=scales)
+    x = torch.randn(3, 16)
+    _export(m, x, tmp_onnx)
+    assert "DequantizeLinear" in _ops(tmp_onnx)
+    (got,) = _ort(tmp_onnx, [x])
+    np.testing.assert_allclose(got, m(x).numpy(), rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("symmetric", [False, True])
 def test_choose_qparams_dynamic(symmetric, tmp_onnx):
     op = qd.choose_qparams_symmetric.tensor if symmetric else qd.choose_qparams.tensor
