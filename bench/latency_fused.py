@@ -223,16 +223,16 @@ def optimizer_args(name, spec):
                 hidden_size=cfg["hidden_size"])
 
 
-def run_builder(ck, out):
-    """onnxruntime-genai's model builder, fp32 CPU, in a child process (torchvision's compiled
-    ops kept out, as above, or transformers' imports fail)."""
+def run_builder(ck, out, precision="fp32"):
+    """onnxruntime-genai's model builder (`precision`: fp32, int4, ...), CPU, in a child process
+    (torchvision's compiled ops kept out, as above, or transformers' imports fail)."""
     code = ("import runpy, sys, types; sys.modules.setdefault('torchvision._meta_registrations', "
             "types.ModuleType('torchvision._meta_registrations')); sys.argv = ['builder'] + "
             "sys.argv[1:]; runpy.run_module('onnxruntime_genai.models.builder', "
             "run_name='__main__', alter_sys=True)")
     cache = os.path.join(out, "..", "builder_cache")
     r = subprocess.run([sys.executable, "-c", code, "-m", "bench-model", "-i", ck, "-o", out,
-                        "-p", "fp32", "-e", "cpu", "-c", cache],
+                        "-p", precision, "-e", "cpu", "-c", cache],
                        capture_output=True, text=True)
     if r.returncode != 0 or not os.path.exists(os.path.join(out, "model.onnx")):
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]

@@ -151,22 +151,6 @@ def torch_references(name, ck, work):
     del m
 
 
-def run_builder_int4(ck, out):
-    """onnxruntime-genai's model builder, int4 CPU, in a child process (torchvision's compiled
-    ops kept out, or transformers' imports fail). Returns the last lines of its output."""
-    code = ("import runpy, sys, types; sys.modules.setdefault('torchvision._meta_registrations', "
-            "types.ModuleType('torchvision._meta_registrations')); sys.argv = ['builder'] + "
-            "sys.argv[1:]; runpy.run_module('onnxruntime_genai.models.builder', "
-            "run_name='__main__', alter_sys=True)")
-    cache = os.path.join(out, "..", "builder_cache")
-    r = subprocess.run([sys.executable, "-c", code, "-m", "bench-model", "-i", ck, "-o", out,
-                        "-p", "int4", "-e", "cpu", "-c", cache],
-                       capture_output=True, text=True)
-    if r.returncode != 0 or not os.path.exists(os.path.join(out, "model.onnx")):
-        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-        raise RuntimeError(lines[-1] if lines else f"builder exit {r.returncode}")
-
-
 def llama_export_worker(name, work, rounds):
     import torch
 
@@ -222,7 +206,7 @@ def llama_export_worker(name, work, rounds):
             rep["files"][col]["export_s"] = statistics.median(times[col])
             rep["files"][col]["export_runs_s"] = times[col]
 
-    record("builder_int4", lambda p: run_builder_int4(ck, os.path.dirname(p)))
+    record("builder_int4", lambda p: lf.run_builder(ck, os.path.dirname(p), "int4"))
 
     # torch.onnx (dynamo) with the cache as flat inputs; without it if that fails.
     def tonnx(p):

@@ -285,6 +285,26 @@ struct QParams {
   DType qtype;  // torch's integer type of the quantized values
 };
 
+// QuantizeLinear / DequantizeLinear's scale, zero point (of type qt) and
+// attributes for `form` (qdq_form's axis and block size) on dims `dims`.
+struct QdqOperands {
+  std::string scale, zero_point;
+  std::vector<Attr> attrs;
+};
+QdqOperands qdq_operands(Ctx& c, const QParams& p, const std::vector<int64_t>& dims,
+                         std::pair<int64_t, int64_t> form, DType qt) {
+  std::vector<int64_t> pd;  // {} per tensor; [C] per axis; the blocks' shape blocked
+  if (p.layout.axis >= 0)
+    pd = form.second == 0 ? std::vector<int64_t>{dims[static_cast<size_t>(form.first)]}
+                          : p.layout.blocks;
+  QdqOperands o;
+  o.scale = shaped(c, c.cast(p.scale, DType::Float), pd);
+  o.zero_point = zero_point_as(c, p.zero_point, qt, pd);
+  if (p.layout.axis >= 0) o.attrs.push_back(Attr::Int("axis", form.first));
+  if (form.second > 0) o.attrs.push_back(Attr::Int("block_size", form.second));
+  return o;
+}
+
 // x (float) -> integers of p.qtype.
 std::string quantize(Ctx& c, const std::string& x_in, const QParams& p, bool exact_arith = false) {
   std::string x = c.cast(x_in, DType::Float);
@@ -294,19 +314,8 @@ std::string quantize(Ctx& c, const std::string& x_in, const QParams& p, bool exa
   auto form = qdq_form(p.layout, c.opset());
   auto qt = qdq_type(p.qtype, c.opset(), false);
   if (form && qt && !exact_arith) {
-    std::vector<int64_t> pd;
-    if (p.layout.axis >= 0) {
-      if (form->second == 0)
-        pd = {dims[static_cast<size_t>(form->first)]};
-      else
-        pd = p.layout.blocks;
-    }
-    std::string s = shaped(c, c.cast(p.scale, DType::Float), pd);
-    std::string z = zero_point_as(c, p.zero_point, *qt, pd);
-    std::vector<Attr> attrs;
-    if (p.layout.axis >= 0) attrs.push_back(Attr::Int("axis", form->first));
-    if (form->second > 0) attrs.push_back(Attr::Int("block_size", form->second));
-    std::string q = c.b.op("QuantizeLinear", {x, s, z}, attrs);
+    QdqOperands o = qdq_operands(c, p, dims, *form, *qt);
+    std::string q = c.b.op("QuantizeLinear", {x, o.scale, o.zero_point}, o.attrs);
     return clip_ints(c, q, *qt, p.lo, p.hi);
   }
   // torch's arithmetic: clamp(round(x * (1 / scale)) + zero_point) in float.
@@ -336,19 +345,8 @@ std::string dequantize(Ctx& c, const std::string& q, const QParams& p, DType out
   auto form = qdq_form(p.layout, c.opset());
   auto qt = qdq_type(c.dtype(q), c.opset(), true);
   if (form && qt) {
-    std::vector<int64_t> pd;
-    if (p.layout.axis >= 0) {
-      if (form->second == 0)
-        pd = {dims[static_cast<size_t>(form->first)]};
-      else
-        pd = p.layout.blocks;
-    }
-    std::string s = shaped(c, c.cast(p.scale, DType::Float), pd);
-    std::string z = zero_point_as(c, p.zero_point, *qt, pd);
-    std::vector<Attr> attrs;
-    if (p.layout.axis >= 0) attrs.push_back(Attr::Int("axis", form->first));
-    if (form->second > 0) attrs.push_back(Attr::Int("block_size", form->second));
-    return c.cast(c.b.op("DequantizeLinear", {q, s, z}, attrs), out);
+    QdqOperands o = qdq_operands(c, p, dims, *form, *qt);
+    return c.cast(c.b.op("DequantizeLinear", {q, o.scale, o.zero_point}, o.attrs), out);
   }
   std::string v = c.cast(q, DType::Float), s = c.cast(p.scale, DType::Float), z;
   if (p.layout.axis >= 0 || p.layout.general) {

@@ -58,4 +58,13 @@ BlockInitializers matmul_nbits_inputs(const BlockQuantized& qz, const BlockPlan&
   return m;
 }
 
+void add_block_initializers(Graph& g, std::vector<Initializer>& made, bool nbits) {
+  for (auto& i : made) {
+    g.types[i.name] = static_type(i.data.dtype, i.data.dims);
+    g.initializers.push_back(std::move(i));
+  }
+  made.clear();
+  if (nbits) g.domain_versions.emplace("com.microsoft", 1);
+}
+
 }  // namespace pt2onnx

@@ -46,4 +46,8 @@ void put_nibble(std::vector<uint8_t>& b, size_t i, uint8_t v);
 BlockInitializers matmul_nbits_inputs(const BlockQuantized& qz, const BlockPlan& pl, DType ft,
                                       const std::string& base, FreshNames& names);
 
+// Adds `made` to g's initializers (with their types), and the com.microsoft
+// domain the MatMulNBits nodes need when `nbits`.
+void add_block_initializers(Graph& g, std::vector<Initializer>& made, bool nbits);
+
 }  // namespace pt2onnx

@@ -300,11 +300,7 @@ size_t fuse_dequantize_matmul(Graph& g, const PassOptions& o) {
   }
   if (!fused) return 0;
   rw.apply();
-  for (auto& i : added) {
-    g.types[i.name] = static_type(i.data.dtype, i.data.dims);
-    g.initializers.push_back(std::move(i));
-  }
-  g.domain_versions.emplace("com.microsoft", 1);
+  add_block_initializers(g, added, true);
   return fused;
 }
 

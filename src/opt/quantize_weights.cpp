@@ -320,11 +320,7 @@ size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions
   }
   if (!changed) return 0;
   rw.apply();
-  for (auto& i : added) {
-    g.types[i.name] = static_type(i.data.dtype, i.data.dims);
-    g.initializers.push_back(std::move(i));
-  }
-  if (ort) g.domain_versions.emplace("com.microsoft", 1);
+  add_block_initializers(g, added, ort);
   remove_unused(g);
   return changed;
 }
