@@ -673,6 +673,12 @@ void fused_moving_avg_obs_fake_quant(Ctx& c) {
   std::string y = fake_quantize(c, x, s, z, lay, lo, hi);
   c.set_output(0, when_enabled(c, c.tensor("fake_quant_on"), y, x));
   if (c.n_outputs() > 1) c.set_output(1, in_range_mask(c, x, s, z, lay, lo, hi));
+  // The functional form (a decomposed program) also returns the observer's
+  // state, unchanged with the observer off.
+  if (c.n_outputs() == 6) {
+    const char* state[] = {"running_min", "running_max", "scale", "zero_point"};
+    for (size_t i = 0; i < 4; ++i) c.set_output(2 + i, c.tensor(state[i]));
+  }
 }
 
 }  // namespace
@@ -703,6 +709,7 @@ void register_quantize(Registry& r) {
   r.add(a + "fake_quantize_per_channel_affine_cachemask.default", fake_quantize_per_channel);
   r.add(a + "fused_moving_avg_obs_fake_quant.default", fused_moving_avg_obs_fake_quant);
   r.add(a + "_fused_moving_avg_obs_fq_helper.default", fused_moving_avg_obs_fake_quant);
+  r.add(a + "_fused_moving_avg_obs_fq_helper_functional.default", fused_moving_avg_obs_fake_quant);
 }
 
 }  // namespace pt2onnx

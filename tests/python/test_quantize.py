@@ -297,6 +297,14 @@ def test_qat_eager_model_observers_off(tmp_onnx):
     _export(m, x, tmp_onnx)
     ops = _ops(tmp_onnx)
     assert ops.count("QuantizeLinear") >= 3
+    # A decomposed program has the functional helper (returning the observer's state).
+    ep = torch.export.export(m, (x,)).run_decompositions()
+    assert any("_functional" in str(n.target) for n in ep.graph.nodes)
+    decomposed = tmp_onnx.replace(".onnx", "_decomposed.onnx")
+    pt2onnx.export(ep, (x,), decomposed)
+    got = _ort(decomposed, [x])[0]  # then the observers' buffers, as the program returns them
+    with torch.no_grad():
+        np.testing.assert_allclose(got, m(x).numpy(), atol=1e-5)
     x2 = torch.randn(4, 32)
     (got,) = _ort(tmp_onnx, [x2])
     with torch.no_grad():
