@@ -306,7 +306,12 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
   // Last: the weights as every other pass left them (float16 included).
   if (options.quantize.bits)
     stage("quantizing weights", [&] {
-      return quantize_weights(g, options.quantize, PassOptions{options.opset, options.target});
+      const PassOptions po{options.opset, options.target};
+      size_t n = quantize_weights(g, options.quantize, po);
+      // The MatMulNBits of one activation (gate / up) packed: their bytes
+      // are small now, unlike the float weights before.
+      if (options.optimize && fuse_sibling_matmuls(g, po)) n += remove_unused(g);
+      return n;
     });
   auto t3 = clock::now();
   // Model-local functions need IR version 8 (opsets 13 and 14 otherwise get 7).

@@ -328,6 +328,16 @@ std::optional<SdpaMatch> match_sdpa(const GraphIndex& idx, size_t last) {
   return m;
 }
 
+std::string shape_slice(Emitter& e, const std::string& x, int64_t start, int64_t end, int opset) {
+  const ValueType t{DType::Int64, Shape{Dim::of(end - start)}};
+  if (opset >= 15) return e.op("Shape", {x}, t, {Attr::Int("start", start), Attr::Int("end", end)});
+  const ValueType* xt = e.graph().type_of(x);
+  const Dim rank =
+      xt && xt->shape ? Dim::of(static_cast<int64_t>(xt->shape->size())) : Dim::unknown();
+  std::string full = e.op("Shape", {x}, ValueType{DType::Int64, Shape{rank}});
+  return e.op("Slice", {full, e.ints({start}), e.ints({end}), e.ints({0})}, t);
+}
+
 std::string expand_query_rows(Emitter& e, const std::string& mask, const std::string& q,
                               int opset) {
   const ValueType mt = *e.graph().type_of(mask);
@@ -336,12 +346,7 @@ std::string expand_query_rows(Emitter& e, const std::string& mask, const std::st
   const size_t r = M.size();
   if (!M[r - 2].same_as(Dim::of(1)) || Q[2].same_as(Dim::of(1))) return mask;
   const ValueType one_i64{DType::Int64, Shape{Dim::of(1)}};
-  std::string l =
-      opset >= 15
-          ? e.op("Shape", {q}, one_i64, {Attr::Int("start", 2), Attr::Int("end", 3)})
-          : e.op("Gather",
-                 {e.op("Shape", {q}, ValueType{DType::Int64, Shape{Dim::of(4)}}), e.ints({2})},
-                 one_i64, {Attr::Int("axis", 0)});
+  std::string l = shape_slice(e, q, 2, 3, opset);
   std::string shape = e.op("Concat", {e.ints(std::vector<int64_t>(r - 2, 1)), l, e.ints({1})},
                            ValueType{DType::Int64, Shape{Dim::of(static_cast<int64_t>(r))}},
                            {Attr::Int("axis", 0)});

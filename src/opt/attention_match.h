@@ -66,6 +66,9 @@ class Emitter {
   std::vector<Node> nodes_;
 };
 
+// Shape(x)[start:end] (Shape's start / end at opset >= 15, Shape + Slice below).
+std::string shape_slice(Emitter& e, const std::string& x, int64_t start, int64_t end, int opset);
+
 // `mask` (rank >= 2, query axis -2) with a query axis of 1 expanded to the
 // query length of q ([B, H, L, D]); other masks are returned as they are.
 // onnxruntime's Attention, MultiHeadAttention and GroupQueryAttention take no

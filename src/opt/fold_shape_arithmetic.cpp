@@ -45,7 +45,10 @@
 // the padding mask's lookup):
 //   GatherND(data, stack(Unsqueeze(Range(0, n_j, 1)) + zeros ...)) -> Unsqueeze(data)
 // when each arange runs along its own axis, in order, and n_j is data's dim j
-// by the value types (see gather_nd_of_aranges).
+// by the value types (see gather_nd_of_aranges); where n_j is not provably
+// data's dim j (a KV cache's past + new length against the attention mask's
+// own length), data is first gathered by that Range on axis j: x[:, arange(t)]
+// as torch reads it, an index past the axis an error as there.
 //
 // Shape pieces (opset >= 15, where Shape has start / end), x of known rank:
 //   Gather(Shape[s:e](x), [k, k+1, ..., k+m])  -> Shape[s+k : s+k+m+1](x)
@@ -64,9 +67,8 @@
 // inputs could widen the result's shape, Gather of a Shape with
 // non-contiguous or non-constant indices, Slice with steps, a Concat mixing
 // shape pieces of different values or with a constant; a GatherND whose
-// aranges' lengths are not provably data's dims (a KV cache's past + new
-// length against the attention mask's own length), that start elsewhere than
-// 0, step otherwise than 1, or run along the same axis or out of order.
+// aranges start elsewhere than 0, step otherwise than 1, or run along the
+// same axis or out of order.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -160,8 +162,11 @@ class Folder {
     if (!changed_) return 0;
     std::vector<Node> kept;
     kept.reserve(g_.nodes.size());
-    for (size_t k = 0; k < g_.nodes.size(); ++k)
+    for (size_t k = 0; k < g_.nodes.size(); ++k) {
+      if (auto it = before_.find(k); it != before_.end())
+        for (Node& n : it->second) kept.push_back(std::move(n));
       if (!drop_.count(k)) kept.push_back(std::move(g_.nodes[k]));
+    }
     g_.nodes = std::move(kept);
     return changed_;
   }
@@ -233,6 +238,8 @@ class Folder {
   std::unordered_set<std::string> outputs_;
   std::unordered_map<std::string, Fact> facts_;
   std::unordered_set<size_t> drop_;
+  // Nodes to insert before node k (its rewrite reads them).
+  std::unordered_map<size_t, std::vector<Node>> before_;
   size_t changed_ = 0;
 };
 
@@ -355,6 +362,8 @@ bool Folder::gather_nd_of_aranges(size_t k) {
   const size_t K = parts.size();
   if (K > dd.size()) return false;
   std::vector<int64_t> q;
+  std::vector<std::string> ranges;  // the Range of each index
+  std::vector<Dim> lens;            // and its length
   size_t M = 0;
   for (size_t j = 0; j < K; ++j) {
     const Node* u = idx_.producer(parts[j], "Unsqueeze");
@@ -405,17 +414,19 @@ bool Folder::gather_nd_of_aranges(size_t k) {
     const Node* range = idx_.producer(r, "Range");
     const ValueType* tr = idx_.type(r);
     if (!range || idx_.scalar(range->inputs[0]) != 0.0 || idx_.scalar(range->inputs[2]) != 1.0 ||
-        !tr || !tr->shape || tr->shape->size() != 1 || !(*tr->shape)[0].same_as(dd[j]))
+        !tr || !tr->shape || tr->shape->size() != 1 || (*tr->shape)[0].is_unknown())
       return false;
     if (!q.empty() && qj <= q.back()) return false;
     q.push_back(qj);
+    ranges.push_back(r);
+    lens.push_back((*tr->shape)[0]);
   }
-  // Every stacked index has shape P: data's dim j at q_j, 1 elsewhere.
+  // Every stacked index has shape P: n_j at q_j, 1 elsewhere.
   for (size_t j = 0; j < K; ++j) {
     const Shape& p = *idx_.type(idx_.producer(parts[j])->inputs[0])->shape;
     for (size_t a = 0; a < M; ++a) {
       auto it = std::find(q.begin(), q.end(), static_cast<int64_t>(a));
-      bool ok = it != q.end() ? p[a].same_as(dd[static_cast<size_t>(it - q.begin())])
+      bool ok = it != q.end() ? p[a].same_as(lens[static_cast<size_t>(it - q.begin())])
                               : (p[a].is_static() && p[a].value == 1);
       if (!ok) return false;
     }
@@ -424,21 +435,44 @@ bool Folder::gather_nd_of_aranges(size_t k) {
   for (size_t a = 0; a < M; ++a)
     if (std::find(q.begin(), q.end(), static_cast<int64_t>(a)) == q.end())
       axes.push_back(static_cast<int64_t>(a));
+  // Axes whose arange is not provably the whole axis: data[.., arange(n_j), ..].
+  Node& node = g_.nodes[k];
+  std::optional<FreshNames> fresh;
+  std::string v = data;
+  Shape vs = dd;
+  std::vector<Node> gathers;
+  for (size_t j = 0; j < K; ++j) {
+    if (lens[j].same_as(dd[j])) continue;
+    if (!fresh) fresh.emplace(g_);
+    vs[j] = lens[j];
+    std::string out = (*fresh)(node.outputs[0] + "_rows");
+    g_.types[out] = ValueType{td->dtype, vs};
+    gathers.push_back(make_node("Gather", {v, ranges[j]}, {out},
+                                {Attr::Int("axis", static_cast<int64_t>(j))}, node));
+    v = out;
+  }
+  if (!gathers.empty()) before_[k] = std::move(gathers);
   if (axes.empty()) {
-    forward(k, data);
+    if (v == data) {
+      forward(k, data);
+      return true;
+    }
+    Node id = make_node("Identity", {v}, node.outputs, {}, node);
+    id.name = node.name;
+    node = std::move(id);
+    ++changed_;
     return true;
   }
-  Node& node = g_.nodes[k];
   Node un;
   if (o_.opset >= 13) {
-    FreshNames fresh(g_);
-    std::string name = fresh(node.outputs[0] + "_axes");
+    if (!fresh) fresh.emplace(g_);
+    std::string name = (*fresh)(node.outputs[0] + "_axes");
     const auto na = static_cast<int64_t>(axes.size());
     g_.initializers.push_back(Initializer{name, TensorData::from_vector(DType::Int64, {na}, axes)});
     g_.types[name] = static_type(DType::Int64, {na});
-    un = make_node("Unsqueeze", {data, name}, node.outputs, {}, node);
+    un = make_node("Unsqueeze", {v, name}, node.outputs, {}, node);
   } else {
-    un = make_node("Unsqueeze", {data}, node.outputs, {Attr::Ints("axes", axes)}, node);
+    un = make_node("Unsqueeze", {v}, node.outputs, {Attr::Ints("axes", axes)}, node);
   }
   un.name = node.name;
   facts_[node.outputs[0]] = fact(data);

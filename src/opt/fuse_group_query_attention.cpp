@@ -15,10 +15,15 @@
 // LessOrEqual(cols, rows), cols[j] = j over the keys, rows[i] = i + P' with
 // P' either 0 or the size of the cache's sequence axis (transformers'
 // cache_position), or the decomposition's own is_causal mask (top-left,
-// P' = 0). The mask itself (causal + padding) rides in attention_bias, so
-// left padding stays exact. onnxruntime gives zeros for fully masked rows, as
-// torch does, in float32; in float16 it gives NaN, so there the rows are
-// zeroed after it.
+// P' = 0). The rest of the mask rides in attention_bias, so left padding
+// stays exact: a leaf equal to GroupQueryAttention's own mask (P' = P, one
+// row per query) is left out of it, so a decoder's per-step mask arithmetic
+// is only the padding leaf (transformers' [B, 1, 1, T], expanded to the
+// query rows), and no bias at all when nothing else is left. Sizes come from
+// the graph inputs holding them (input_ids, attention_mask), one Shape each
+// for the whole model. onnxruntime gives zeros for fully masked rows, as
+// torch does, in float32; in float16 it gives NaN, so there the whole mask
+// goes in the bias and the rows it hides are zeroed after it.
 //
 // query_seqlens (all L) is what lets onnxruntime's CPU kernel run a batch of
 // several multi-token chunks over a cache (without it: batch 1 only).
@@ -77,9 +82,9 @@ std::optional<std::string> vector_below(const GraphIndex& idx, const std::string
   return x;
 }
 
-// x = P' where P' is 0 or the cache's length (past's axis 2).
-bool is_past_length(const GraphIndex& idx, const std::string& x, const Dim& past) {
-  if (is_scalar(idx, x, 0)) return true;
+// x = P' where P' is 0 (when zero_ok) or the cache's length (past's axis 2).
+bool is_past_length(const GraphIndex& idx, const std::string& x, const Dim& past, bool zero_ok) {
+  if (is_scalar(idx, x, 0)) return zero_ok;
   const Node* sq = idx.producer(x, "Squeeze");
   const Node* sh = sq ? idx.producer(sq->inputs[0], "Shape") : nullptr;
   if (!sh) return false;
@@ -89,20 +94,24 @@ bool is_past_length(const GraphIndex& idx, const std::string& x, const Dim& past
   return st && en && xs && xs->size() == 4 && st->i == 2 && en->i == 3 && (*xs)[2].same_as(past);
 }
 
-// mask[.., i, j] implies j <= i + P (P: the cache's length).
-bool implies_causal(const GraphIndex& idx, const std::string& mask, const Dim& past,
-                    const Dim& total, int depth = 0) {
-  if (depth > 8) return false;
-  if (const Node* a = idx.producer(mask, "And"))
-    return implies_causal(idx, a->inputs[0], past, total, depth + 1) ||
-           implies_causal(idx, a->inputs[1], past, total, depth + 1);
+// What a mask leaf says about keys j and queries i.
+enum class Causal {
+  No,       // nothing proved
+  Implies,  // leaf[.., i, j] implies j <= i + P (P: the cache's length)
+  Same,     // leaf[.., i, j] == (j <= i + P): GroupQueryAttention's own mask
+};
+
+// le = LessOrEqual(cols, rows) with cols[j] = j over the T keys and rows[i]
+// = i + P' over the L queries (P' 0 or P): Implies; Same when P' is P and
+// rows has one entry per query.
+Causal causal_leaf(const GraphIndex& idx, const std::string& mask, const Dim& past,
+                   const Dim& total, const Dim& queries) {
   const Node* le = idx.producer(mask, "LessOrEqual");
-  if (!le) return false;
-  // cols[j] = j, one per key.
+  if (!le) return Causal::No;
   const Shape* cs = shape_of(idx, le->inputs[0]);
-  if (!cs || cs->empty() || !cs->back().same_as(total)) return false;
+  if (!cs || cs->empty() || !cs->back().same_as(total)) return Causal::No;
   auto cols = vector_below(idx, le->inputs[0], 1);
-  if (!cols) return false;
+  if (!cols) return Causal::No;
   std::string c = *cols;
   if (const Node* add = idx.producer(c, "Add")) {
     if (is_scalar(idx, add->inputs[1], 0))
@@ -110,17 +119,55 @@ bool implies_causal(const GraphIndex& idx, const std::string& mask, const Dim& p
     else if (is_scalar(idx, add->inputs[0], 0))
       c = add->inputs[1];
     else
-      return false;
+      return Causal::No;
   }
-  if (!range_from_zero(idx, c)) return false;
-  // rows[i] = i + P' (one per query, or one for all: then j <= P').
+  if (!range_from_zero(idx, c)) return Causal::No;
   auto rows = vector_below(idx, le->inputs[1], 2);
-  if (!rows) return false;
-  if (range_from_zero(idx, *rows)) return true;
+  if (!rows) return Causal::No;
+  const Shape* rs = shape_of(idx, le->inputs[1]);
+  const bool per_query = rs && rs->size() >= 2 && (*rs)[rs->size() - 2].same_as(queries);
+  if (range_from_zero(idx, *rows)) return Causal::Implies;  // P' = 0
   const Node* add = idx.producer(*rows, "Add");
-  if (!add) return false;
-  return (range_from_zero(idx, add->inputs[0]) && is_past_length(idx, add->inputs[1], past)) ||
-         (range_from_zero(idx, add->inputs[1]) && is_past_length(idx, add->inputs[0], past));
+  if (!add) return Causal::No;
+  for (int s = 0; s < 2; ++s) {
+    const std::string& a = add->inputs[s];
+    const std::string& p = add->inputs[1 - s];
+    if (!range_from_zero(idx, a)) continue;
+    if (is_past_length(idx, p, past, false)) return per_query ? Causal::Same : Causal::Implies;
+    if (is_past_length(idx, p, past, true)) return Causal::Implies;
+  }
+  return Causal::No;
+}
+
+// The leaves of mask's And-tree but those equal to GroupQueryAttention's own
+// causal mask, in `rest`; true when one leaf implies it.
+bool split_causal(const GraphIndex& idx, const std::string& mask, const Dim& past, const Dim& total,
+                  const Dim& queries, std::vector<std::string>& rest, int depth = 0) {
+  if (depth <= 8) {
+    if (const Node* a = idx.producer(mask, "And")) {
+      bool l = split_causal(idx, a->inputs[0], past, total, queries, rest, depth + 1);
+      bool r = split_causal(idx, a->inputs[1], past, total, queries, rest, depth + 1);
+      return l || r;
+    }
+  }
+  Causal c = depth <= 8 ? causal_leaf(idx, mask, past, total, queries) : Causal::No;
+  if (c != Causal::Same) rest.push_back(mask);
+  return c != Causal::No;
+}
+
+// A size read from the graph input that has it (every layer reads the same,
+// so CSE leaves one Shape for the model); nullopt when no input has it.
+std::optional<std::string> input_dim(const Graph& g, Emitter& e, const Dim& d, int opset) {
+  if (d.is_static()) return e.ints({d.value});
+  if (d.is_unknown()) return std::nullopt;
+  for (const GraphIO& in : g.inputs) {
+    if (!in.type.shape) continue;
+    const Shape& s = *in.type.shape;
+    for (size_t a = 0; a < s.size(); ++a)
+      if (s[a].same_as(d))
+        return shape_slice(e, in.name, static_cast<int64_t>(a), static_cast<int64_t>(a) + 1, opset);
+  }
+  return std::nullopt;
 }
 
 // The rotary GQA can do itself, applied to x (see the header comment).
@@ -172,13 +219,16 @@ size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
         PV->size() != 4 || !(*KN)[2].same_as(Q[2]) || !(*VN)[2].same_as(Q[2]))
       continue;
     std::string mask;
-    if (m->mask_kind == SdpaMatch::Mask::Bool && implies_causal(idx, m->mask, (*PK)[2], K[2]) &&
-        (*PV)[2].same_as((*PK)[2]))
+    std::vector<std::string> rest;  // the mask's leaves other than the causal one
+    if (m->mask_kind == SdpaMatch::Mask::Bool &&
+        split_causal(idx, m->mask, (*PK)[2], K[2], Q[2], rest) && (*PV)[2].same_as((*PK)[2])) {
       mask = m->mask;
-    else if (m->mask_kind == SdpaMatch::Mask::None && m->causal)
-      mask = m->causal_mask;
-    else
+    } else if (m->mask_kind == SdpaMatch::Mask::None && m->causal) {
+      mask = m->causal_mask;  // top-left: stricter than GroupQueryAttention's with a cache
+      rest = {mask};
+    } else {
       continue;
+    }
     if (const Shape* ms = shape_of(idx, mask); !ms || ms->size() < 2 || ms->size() > 4) continue;
     bool clash = rw.touched(k);
     for (size_t n : m->nodes) clash = clash || rw.touched(n);
@@ -206,21 +256,53 @@ size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
     auto i64 = [](Shape s) { return ValueType{DType::Int64, std::move(s)}; };
     auto i32 = [](Shape s) { return ValueType{DType::Int32, std::move(s)}; };
     auto shape_at = [&](const std::string& x, int64_t a) {
-      return e.op("Shape", {x}, i64({Dim::of(1)}),
-                  {Attr::Int("start", a), Attr::Int("end", a + 1)});
+      return shape_slice(e, x, a, a + 1, o.opset);
     };
-    // Sizes read from the mask where the matcher proved its dims ([.., L, T],
-    // the batch when it has one): every layer reads the same mask, so CSE
-    // leaves one computation for the model.
-    const bool from_mask = m->mask_kind == SdpaMatch::Mask::Bool;
-    const Shape& M = *shape_of(idx, mask);  // known: checked above
-    const int64_t r = static_cast<int64_t>(M.size());
-    std::string batch =
-        from_mask && r == 4 && M[0].same_as(Q[0]) ? shape_at(mask, 0) : shape_at(m->q, 0);
-    std::string total = from_mask ? shape_at(mask, r - 1)
-                                  : e.op("Add", {shape_at(m->past_key, 2), shape_at(m->key_new, 2)},
-                                         i64({Dim::of(1)}));
-    std::string qlen = from_mask ? shape_at(mask, r - 2) : shape_at(m->q, 2);
+    // GroupQueryAttention applies the causal leaf itself, so the bias needs
+    // only the rest: one leaf of rank >= 2 whose key axis is the keys' and
+    // whose query axis is 1 or the queries' (transformers' padding mask,
+    // [B, 1, 1, T]). Computing it alone skips the causal mask's arithmetic
+    // every step. The whole mask stays where zero_masked_rows needs the rows
+    // it hides (float16), or the rest is not that one leaf.
+    const bool float32 = t == DType::Float && o.dtype == DType::Float;
+    std::string bias_mask = mask;
+    if (rest.empty()) {
+      bias_mask.clear();
+    } else if (rest.size() == 1 && float32) {
+      const Shape* rs = shape_of(idx, rest[0]);
+      const Shape& M = *shape_of(idx, mask);
+      if (rs && rs->size() >= 2 && rs->size() <= 4 && rs->back().same_as(M.back()) &&
+          ((*rs)[rs->size() - 2].same_as(Dim::of(1)) || (*rs)[rs->size() - 2].same_as(Q[2]))) {
+        bias_mask = rest[0];
+      }
+    }
+    // Sizes: from the graph inputs holding them (one Shape for all layers),
+    // else from the mask the bias reads (computed anyway; the whole mask's
+    // dims the matcher proved: [.., L, T], the batch when it has one), else
+    // from this layer's q and cache. Never from the rotated q / k, which
+    // GroupQueryAttention rotates itself.
+    const std::string& qx = rotary ? rq->x : m->q;
+    const Shape* BM = bias_mask.empty() ? nullptr : shape_of(idx, bias_mask);
+    const int64_t br = BM ? static_cast<int64_t>(BM->size()) : 0;
+    std::string batch, total, qlen;
+    if (auto v = input_dim(g, e, Q[0], o.opset))
+      batch = *v;
+    else if (BM && br == 4 && (*BM)[0].same_as(Q[0]))
+      batch = shape_at(bias_mask, 0);
+    else
+      batch = shape_at(qx, 0);
+    if (auto v = input_dim(g, e, Q[2], o.opset))
+      qlen = *v;
+    else if (BM && (*BM)[br - 2].same_as(Q[2]))
+      qlen = shape_at(bias_mask, br - 2);
+    else
+      qlen = shape_at(qx, 2);
+    if (auto v = input_dim(g, e, K[2], o.opset))
+      total = *v;
+    else if (BM && (*BM)[br - 1].same_as(K[2]))
+      total = shape_at(bias_mask, br - 1);
+    else
+      total = e.op("Add", {shape_at(m->past_key, 2), qlen}, i64({Dim::of(1)}));
     auto cast32 = [&](const std::string& x, Shape s) {
       return e.op("Cast", {x}, i32(std::move(s)),
                   {Attr::Int("to", static_cast<int64_t>(DType::Int32))});
@@ -231,18 +313,29 @@ size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
              i32({Q[0]}));
     std::string total32 = cast32(e.op("Squeeze", {total, e.ints({0})}, i64({})), {});
     std::string qlens = e.op("Expand", {cast32(qlen, {Dim::of(1)}), batch}, i32({Q[0]}));
-    // The mask as a bias of rank 4: 0 where attended, -inf elsewhere.
-    ValueType bt = *g.type_of(mask);
-    bt.dtype = t;
-    std::string bias = e.op("Where", {mask, e.scalar(t, 0.0), e.scalar(t, -INFINITY)}, bt);
-    const std::string bias_rows = bias;  // before any Unsqueeze (for zero_masked_rows)
-    if (bt.shape->size() < 4) {
-      std::vector<int64_t> axes;
+    // The mask as a bias of rank 4: 0 where attended, -inf elsewhere, one row
+    // per query (GroupQueryAttention takes no broadcast over them).
+    std::string bias, bias_rows;
+    if (!bias_mask.empty()) {
+      ValueType bt = *g.type_of(bias_mask);
+      bt.dtype = t;
+      bias = e.op("Where", {bias_mask, e.scalar(t, 0.0), e.scalar(t, -INFINITY)}, bt);
+      bias_rows = bias;  // before any Unsqueeze (for zero_masked_rows)
       Shape s = *bt.shape;
-      while (s.size() + axes.size() < 4) axes.push_back(static_cast<int64_t>(axes.size()));
-      Shape full(axes.size(), Dim::of(1));
-      full.insert(full.end(), s.begin(), s.end());
-      bias = e.op("Unsqueeze", {bias, e.ints(axes)}, ValueType{t, full});
+      if (s.size() < 4) {
+        std::vector<int64_t> axes;
+        while (s.size() + axes.size() < 4) axes.push_back(static_cast<int64_t>(axes.size()));
+        Shape full(axes.size(), Dim::of(1));
+        full.insert(full.end(), s.begin(), s.end());
+        s = full;
+        bias = e.op("Unsqueeze", {bias, e.ints(axes)}, ValueType{t, s});
+      }
+      if (!s[2].same_as(Q[2])) {
+        std::string rows = e.op("Concat", {e.ints({1, 1}), qlen, e.ints({1})}, i64({Dim::of(4)}),
+                                {Attr::Int("axis", 0)});
+        s[2] = Q[2];
+        bias = e.op("Expand", {bias, rows}, ValueType{t, s});
+      }
     }
     const std::string y = like.outputs[0];
     const ValueType yt = *g.type_of(y);
@@ -276,7 +369,7 @@ size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
     // onnxruntime's float16 kernel gives NaN rows where the bias hides every
     // key (float32: zeros, as torch), and a NaN row of a left-padded position
     // would reach the next layer's cache: zero them as torch does.
-    if (t != DType::Float || o.dtype != DType::Float)
+    if (!float32 && !bias_rows.empty())
       out = zero_masked_rows(e, bias_rows, true, t, out, yt, o.opset);
     g.types.erase(out);
     e.nodes().back().outputs[0] = y;

@@ -500,18 +500,20 @@ class Emitter {
     } else {
       Dim bs = Dim::unknown();
       if (cs[0].is_static() && cs[1].is_static()) bs = Dim::of(cs[0].value * cs[1].value);
-      std::string shape = fresh(c + "_shape", DType::Int64, {Dim::of(3)});
-      out.push_back(node("Shape", {c}, {shape}, {}, like));
-      std::string b = fresh(c + "_b", DType::Int64, {});
-      std::string sq = fresh(c + "_s", DType::Int64, {});
-      out.push_back(node("Gather", {shape, ints({0}, true)}, {b}, {Attr::Int("axis", 0)}, like));
-      out.push_back(node("Gather", {shape, ints({1}, true)}, {sq}, {Attr::Int("axis", 0)}, like));
+      // Range(0, B * S) as [B, S]: Shape [B, S], ReduceProd, Range, Reshape.
+      std::string bs2 = fresh(c + "_bs_shape", DType::Int64, {Dim::of(2)});
+      if (o_.opset >= 15) {
+        out.push_back(
+            node("Shape", {c}, {bs2}, {Attr::Int("start", 0), Attr::Int("end", 2)}, like));
+      } else {
+        std::string shape = fresh(c + "_shape", DType::Int64, {Dim::of(3)});
+        out.push_back(node("Shape", {c}, {shape}, {}, like));
+        out.push_back(node("Slice", {shape, ints({0}), ints({2}), ints({0})}, {bs2}, {}, like));
+      }
       std::string n = fresh(c + "_bs", DType::Int64, {});
-      out.push_back(node("Mul", {b, sq}, {n}, {}, like));
+      out.push_back(node("ReduceProd", {bs2}, {n}, {Attr::Int("keepdims", 0)}, like));
       std::string range = fresh(c + "_range", DType::Int64, {bs});
       out.push_back(node("Range", {ints({0}, true), n, ints({1}, true)}, {range}, {}, like));
-      std::string bs2 = fresh(c + "_bs_shape", DType::Int64, {Dim::of(2)});
-      out.push_back(node("Slice", {shape, ints({0}), ints({2}), ints({0})}, {bs2}, {}, like));
       pos = fresh("rotary_position_ids", DType::Int64, {cs[0], cs[1]});
       out.push_back(node("Reshape", {range, bs2}, {pos}, {}, like));
       positions_[bs_key] = pos;

@@ -90,6 +90,8 @@ const std::vector<std::pair<const char*, FusionPass>>& fusions() {
       {"fuse_gemm", fuse_gemm},
       // After fuse_gemm (it reads Gemm's transB and bias).
       {"fuse_dequantize_matmul", fuse_dequantize_matmul},
+      // After it: the MatMulNBits it makes of one activation, packed.
+      {"fuse_sibling_matmuls", fuse_sibling_matmuls},
   };
   return kFusions;
 }

@@ -74,6 +74,8 @@ size_t read_weights_transposed(Graph& g, const PassOptions& o);
 // changed and casts added.
 size_t convert_float16(Graph& g, DType to, int opset);
 size_t fold_shape_arithmetic(Graph& g, const PassOptions& o);
+// Sibling MatMulNBits (one activation) -> one MatMulNBits + Split (fuse_sibling_matmuls.cpp).
+size_t fuse_sibling_matmuls(Graph& g, const PassOptions& o);
 size_t collapse_layout_chains(Graph& g, const PassOptions& o);
 
 // scaled_dot_product_attention -> com.microsoft GroupQueryAttention (decoders

@@ -31,7 +31,7 @@ int64_t int_attr(const Node& n, const std::string& name, int64_t dflt = 0) {
 }
 
 // LLaMA's rotate_half: x [B, H, S, 8] (or [B, S, H, 8] with head_axis 2),
-// angles a [B, S, 4] (an input), cos = Mul(Cos(Concat(a, a)), 1.0) unsqueezed
+// angles a [B, S, 4] (an input), cos = Mul(Cos(Concat(a, a)), 2.0) unsqueezed
 // at the head axis.
 struct HalfKnobs {
   bool pair_equal = true;        // Concat(a, a) vs Concat(a, b)
@@ -54,7 +54,7 @@ Graph rotate_half(const HalfKnobs& k = {}) {
   std::string scale =
       k.vector_scale
           ? b.constant(TensorData::from_vector(DType::Float, {8}, std::vector<float>(8, 1.0f)))
-          : b.scalar(DType::Float, 1.0);
+          : b.scalar(DType::Float, 2.0);
   std::string cos = b.op("Mul", {b.op("Cos", {cat}), scale});
   std::string sin = b.op("Mul", {b.op("Sin", {cat}), scale});
   std::string axis = b.const_i64({k.head_axis});

@@ -120,6 +120,102 @@ const Initializer* find_init(const Graph& g, const std::string& name) {
 }
 }  // namespace
 
+// x * 1 and x / 1 are x; 1 / x, and a 1 that widens x by broadcasting, stay.
+TEST(Passes, MultiplyByOneIsIdentity) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::symbol("s"), Dim::of(4)}));
+  b.add_input("v", f32({Dim::of(4)}));
+  std::string m = b.op("Mul", {b.scalar(DType::Float, 1.0), "x"});
+  std::string d = b.op("Div", {m, b.scalar(DType::Float, 1.0)});
+  std::string r = b.op("Relu", {d});
+  std::string inv = b.op("Div", {b.scalar(DType::Float, 1.0), r});  // 1 / x: kept
+  std::string wide = b.op(
+      "Mul",
+      {"v", b.constant(TensorData::from_vector(DType::Float, {2, 1}, std::vector<float>{1, 1}))});
+  std::string two = b.op("Mul", {inv, b.scalar(DType::Float, 2.0)});  // not one: kept
+  b.add_output(two, b.type(two));
+  b.add_output(wide, b.type(wide));
+  Graph graph = b.take();
+  run_default_passes(graph);
+  ASSERT_EQ(graph.nodes.size(), 4u);
+  EXPECT_EQ(graph.nodes[0].op_type, "Relu");
+  EXPECT_EQ(graph.nodes[0].inputs[0], "x");
+  EXPECT_EQ(graph.nodes[1].op_type, "Div");
+  EXPECT_EQ(graph.nodes[3].op_type, "Mul");  // [4] * [2, 1] -> [2, 4]
+}
+
+namespace {
+// MatMulNBits(A, B, scales) of N outputs, K = 32, one block of 4 bits, B's
+// bytes and scales filled with `seed`.
+std::string nbits(GraphBuilder& b, const std::string& a, int64_t n, uint8_t seed,
+                  const std::string& name) {
+  std::vector<uint8_t> q(static_cast<size_t>(n * 16));
+  for (size_t k = 0; k < q.size(); ++k) q[k] = static_cast<uint8_t>(seed + k);
+  std::vector<float> sc(static_cast<size_t>(n), 0.5f * seed);
+  std::string bq =
+      b.initializer(name + "_q4", TensorData::from_bytes(DType::UInt8, {n, 1, 16}, std::move(q)));
+  std::string bs = b.initializer(name + "_scales", TensorData::from_vector(DType::Float, {n}, sc));
+  return b.add_node("MatMulNBits", {a, bq, bs}, 1,
+                    {Attr::Int("K", 32), Attr::Int("N", n), Attr::Int("bits", 4),
+                     Attr::Int("block_size", 32), Attr::Int("accuracy_level", 4)},
+                    {f32({Dim::symbol("s"), Dim::of(n)})}, "com.microsoft")[0];
+}
+}  // namespace
+
+// Gate and up of one activation: one MatMulNBits of both weights' rows and a
+// Split; a MatMulNBits of another activation stays alone.
+TEST(Passes, PacksSiblingMatMulNBits) {
+  auto build = [] {
+    GraphBuilder b(18);
+    b.add_input("a", f32({Dim::symbol("s"), Dim::of(32)}));
+    b.add_input("c", f32({Dim::symbol("s"), Dim::of(32)}));
+    std::string gate = nbits(b, "a", 3, 1, "gate");
+    std::string act = b.op("Sigmoid", {gate});
+    std::string up = nbits(b, "a", 5, 7, "up");
+    std::string other = nbits(b, "c", 2, 9, "other");
+    std::string y = b.op("Mul", {act, up});
+    b.add_output(y, b.type(y));
+    b.add_output(other, b.type(other));
+    return std::make_tuple(b.take(), gate, up);
+  };
+  auto [g, gate, up] = build();
+  EXPECT_EQ(fuse_sibling_matmuls(g, PassOptions{18, Target::OnnxRuntime}), 1u);
+  remove_unused(g);
+  size_t mm = 0;
+  const Node* packed = nullptr;
+  for (auto& n : g.nodes)
+    if (n.op_type == "MatMulNBits") {
+      ++mm;
+      if (n.inputs[0] == "a") packed = &n;
+    }
+  ASSERT_EQ(mm, 2u);
+  ASSERT_NE(packed, nullptr);
+  EXPECT_EQ(packed->attr("N")->i, 8);
+  EXPECT_EQ(packed->inputs[1], "gate_q4+up_q4");
+  const Initializer* q = find_init(g, packed->inputs[1]);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->data.dims, (std::vector<int64_t>{8, 1, 16}));
+  EXPECT_EQ(q->data.bytes()[0], 1);       // gate's row 0
+  EXPECT_EQ(q->data.bytes()[3 * 16], 7);  // up's row 0 after gate's 3 rows
+  const Initializer* sc = find_init(g, packed->inputs[2]);
+  ASSERT_NE(sc, nullptr);
+  EXPECT_EQ(sc->data.as<float>()[2], 0.5f);  // gate's
+  EXPECT_EQ(sc->data.as<float>()[3], 3.5f);  // up's
+  const Node* split = find_op(g, "Split");
+  ASSERT_NE(split, nullptr);
+  EXPECT_EQ(split->outputs, (std::vector<std::string>{gate, up}));
+  // Topological: the Split comes before the Sigmoid reading gate.
+  size_t at_split = 0, at_sigmoid = 0;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    if (&g.nodes[k] == split) at_split = k;
+    if (g.nodes[k].op_type == "Sigmoid") at_sigmoid = k;
+  }
+  EXPECT_LT(at_split, at_sigmoid);
+  // Not on the standard target (no MatMulNBits there to begin with).
+  auto [standard, g2, u2] = build();
+  EXPECT_EQ(fuse_sibling_matmuls(standard, PassOptions{18, Target::Standard}), 0u);
+}
+
 // MatMul(x, Transpose(W)) becomes MatMul(x, W.T): a strided view of W's bytes
 // (nothing copied) whose contiguous form is the transpose.
 TEST(Passes, FoldsWeightTransposeIntoView) {

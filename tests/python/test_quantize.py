@@ -538,7 +538,16 @@ def _dequantized_weights(path):
             else:
                 z = 2.0 ** (bits - 1)
             w = ((q - z) * scale).reshape(N, -1)[:, :K]
-            out[n.input[1].rsplit("_q", 1)[0]] = w
+            # Sibling projections packed into one ("a_q4+b_q4"), split after it.
+            names = n.input[1].split("+")
+            if len(names) > 1:
+                (sp,) = [x for x in m.graph.node if x.op_type == "Split" and
+                         x.input[0] == n.output[0]]
+                w = np.split(w, np.cumsum(inits[sp.input[1]])[:-1], 0)
+            else:
+                w = [w]
+            for name, part in zip(names, w, strict=True):
+                out[name.rsplit("_q", 1)[0]] = part
         elif n.op_type == "DequantizeLinear" and n.input[0] in inits and "_q" in n.input[0]:
             q = inits[n.input[0]].astype(np.float32)  # [K, N]
             scale = inits[n.input[1]]
@@ -573,7 +582,10 @@ def test_quantize_at_export_llama(spec, target, opset, tmp_path):
     ops = _ops(path)
     linears = 2 * 7 + 1  # q k v o gate up down per layer, lm head
     if target == "onnxruntime":
-        assert ops.count("MatMulNBits") == linears, ops
+        # One MatMulNBits per activation: q k v, gate up packed (their rows
+        # side by side), o, down, lm head.
+        assert ops.count("MatMulNBits") == 2 * 4 + 1, ops
+        assert ops.count("Split") == 2 * 2, ops
     else:
         assert ops.count("DequantizeLinear") == linears, ops
 
