@@ -64,43 +64,8 @@ std::optional<DType> type_for_range(int64_t lo, int64_t hi, int opset) {
 
 // Element k of a constant of any real type, as double.
 double element(const TensorData& d, size_t k) {
-  const uint8_t* p = d.bytes();
-  auto get = [&](auto x) {
-    std::memcpy(&x, p + k * sizeof x, sizeof x);
-    return static_cast<double>(x);
-  };
-  switch (d.dtype) {
-    case DType::Float:
-      return get(float{});
-    case DType::Double:
-      return get(double{});
-    case DType::Float16: {
-      uint16_t h;
-      std::memcpy(&h, p + 2 * k, 2);
-      return half_to_float(h);
-    }
-    case DType::BFloat16: {
-      uint16_t h;
-      std::memcpy(&h, p + 2 * k, 2);
-      return bfloat16_to_float(h);
-    }
-    case DType::Int64:
-      return get(int64_t{});
-    case DType::Int32:
-      return get(int32_t{});
-    case DType::Int16:
-      return get(int16_t{});
-    case DType::UInt16:
-      return get(uint16_t{});
-    case DType::Int8:
-      return get(int8_t{});
-    case DType::UInt8:
-    case DType::Bool:
-      return get(uint8_t{});
-    default:
-      throw std::runtime_error("quantization parameter of type " +
-                               std::string(dtype_name(d.dtype)));
-  }
+  if (auto v = element_as_double(d, k)) return *v;
+  throw std::runtime_error("quantization parameter of type " + std::string(dtype_name(d.dtype)));
 }
 
 TensorData ints_as(DType t, std::vector<int64_t> dims, const std::vector<int64_t>& v) {
@@ -305,6 +270,26 @@ QdqOperands qdq_operands(Ctx& c, const QParams& p, const std::vector<int64_t>& d
   return o;
 }
 
+// torch's arithmetic operands: x (float) and the scale / zero point (float;
+// zero point empty when there is none) reshaped so they broadcast per block
+// (split_of), or as they are per tensor.
+struct ArithOperands {
+  std::string x, scale, zero_point;
+};
+ArithOperands arith_operands(Ctx& c, const std::string& x, const QParams& p,
+                             const std::vector<int64_t>& dims) {
+  ArithOperands a{x, c.cast(p.scale, DType::Float), {}};
+  if (p.zero_point) a.zero_point = c.cast(*p.zero_point, DType::Float);
+  if (p.layout.axis >= 0 || p.layout.general) {
+    Split sp = split_of(dims, p.layout);
+    a.x = c.reshape(x, c.b.const_i64(sp.x_shape));
+    a.scale = c.reshape(a.scale, c.b.const_i64(sp.param_shape));
+    if (!a.zero_point.empty())
+      a.zero_point = c.reshape(a.zero_point, c.b.const_i64(sp.param_shape));
+  }
+  return a;
+}
+
 // x (float) -> integers of p.qtype.
 std::string quantize(Ctx& c, const std::string& x_in, const QParams& p, bool exact_arith = false) {
   std::string x = c.cast(x_in, DType::Float);
@@ -319,18 +304,9 @@ std::string quantize(Ctx& c, const std::string& x_in, const QParams& p, bool exa
     return clip_ints(c, q, *qt, p.lo, p.hi);
   }
   // torch's arithmetic: clamp(round(x * (1 / scale)) + zero_point) in float.
-  std::string xs = x, s = c.cast(p.scale, DType::Float), z;
-  if (p.layout.axis >= 0 || p.layout.general) {
-    Split sp = split_of(dims, p.layout);
-    xs = c.reshape(x, c.b.const_i64(sp.x_shape));
-    s = c.reshape(s, c.b.const_i64(sp.param_shape));
-    if (p.zero_point)
-      z = c.reshape(c.cast(*p.zero_point, DType::Float), c.b.const_i64(sp.param_shape));
-  } else if (p.zero_point) {
-    z = c.cast(*p.zero_point, DType::Float);
-  }
-  std::string v = c.b.op("Round", {c.b.op("Mul", {xs, c.b.op("Reciprocal", {s})})});
-  if (!z.empty()) v = c.b.op("Add", {v, z});
+  ArithOperands a = arith_operands(c, x, p, dims);
+  std::string v = c.b.op("Round", {c.b.op("Mul", {a.x, c.b.op("Reciprocal", {a.scale})})});
+  if (!a.zero_point.empty()) v = c.b.op("Add", {v, a.zero_point});
   v = c.b.op("Clip", {v, c.b.scalar(DType::Float, static_cast<double>(p.lo)),
                       c.b.scalar(DType::Float, static_cast<double>(p.hi))});
   if (!dims.empty()) v = c.reshape(v, c.b.op("Shape", {x}));
@@ -348,18 +324,10 @@ std::string dequantize(Ctx& c, const std::string& q, const QParams& p, DType out
     QdqOperands o = qdq_operands(c, p, dims, *form, *qt);
     return c.cast(c.b.op("DequantizeLinear", {q, o.scale, o.zero_point}, o.attrs), out);
   }
-  std::string v = c.cast(q, DType::Float), s = c.cast(p.scale, DType::Float), z;
-  if (p.layout.axis >= 0 || p.layout.general) {
-    Split sp = split_of(dims, p.layout);
-    v = c.reshape(v, c.b.const_i64(sp.x_shape));
-    s = c.reshape(s, c.b.const_i64(sp.param_shape));
-    if (p.zero_point)
-      z = c.reshape(c.cast(*p.zero_point, DType::Float), c.b.const_i64(sp.param_shape));
-  } else if (p.zero_point) {
-    z = c.cast(*p.zero_point, DType::Float);
-  }
-  if (!z.empty()) v = c.b.op("Sub", {v, z});
-  v = c.b.op("Mul", {v, s});
+  ArithOperands a = arith_operands(c, c.cast(q, DType::Float), p, dims);
+  std::string v = a.x;
+  if (!a.zero_point.empty()) v = c.b.op("Sub", {v, a.zero_point});
+  v = c.b.op("Mul", {v, a.scale});
   if (!dims.empty()) v = c.reshape(v, c.b.op("Shape", {q}));
   return c.cast(v, out);
 }

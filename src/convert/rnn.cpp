@@ -137,12 +137,7 @@ bool arithmetic_ok(const Weight& w) {
   return w.data && (w.data->dtype == DType::Float || w.data->dtype == DType::Double);
 }
 
-std::vector<double> as_doubles(const TensorData& d) {
-  std::vector<double> r(static_cast<size_t>(d.numel()));
-  for (size_t k = 0; k < r.size(); ++k)
-    r[k] = d.dtype == DType::Float ? d.as<float>()[k] : d.as<double>()[k];
-  return r;
-}
+std::vector<double> as_doubles(const TensorData& d) { return *to_doubles(d); }
 
 TensorData from_doubles(DType t, std::vector<int64_t> dims, const std::vector<double>& v) {
   if (t == DType::Double) return TensorData::from_vector(t, std::move(dims), v);

@@ -28,6 +28,55 @@ std::optional<std::vector<int64_t>> ValueType::static_dims() const {
   return r;
 }
 
+std::optional<double> element_as_double(const TensorData& d, size_t k) {
+  const uint8_t* p = d.bytes();
+  auto get = [&](auto x) {
+    std::memcpy(&x, p + k * sizeof x, sizeof x);
+    return static_cast<double>(x);
+  };
+  switch (d.dtype) {
+    case DType::Float:
+      return get(float{});
+    case DType::Double:
+      return get(double{});
+    case DType::Float16:
+    case DType::BFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * k, 2);
+      return d.dtype == DType::Float16 ? half_to_float(h) : bfloat16_to_float(h);
+    }
+    case DType::Int64:
+      return get(int64_t{});
+    case DType::Int32:
+      return get(int32_t{});
+    case DType::Int16:
+      return get(int16_t{});
+    case DType::UInt16:
+      return get(uint16_t{});
+    case DType::Int8:
+      return get(int8_t{});
+    case DType::UInt8:
+    case DType::Bool:
+      return get(uint8_t{});
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<std::vector<double>> to_doubles(const TensorData& d) {
+  TensorData c = d;
+  if (!d.is_contiguous()) {
+    c = TensorData::from_bytes(d.dtype, d.dims, d.contiguous_copy());
+  }
+  std::vector<double> v(static_cast<size_t>(c.numel()));
+  for (size_t k = 0; k < v.size(); ++k) {
+    auto x = element_as_double(c, k);
+    if (!x) return std::nullopt;
+    v[k] = *x;
+  }
+  return v;
+}
+
 std::optional<uint64_t> strided_span_bytes(const std::vector<int64_t>& sizes,
                                            const std::vector<int64_t>& strides, size_t elem_size) {
   if (!strides.empty() && strides.size() != sizes.size()) return std::nullopt;

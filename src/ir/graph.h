@@ -126,6 +126,14 @@ struct TensorData {
   }
 };
 
+// Element k of a contiguous tensor of a real or integer type (float, double,
+// float16, bfloat16, int8..int64, uint8, uint16, bool), as double; nullopt
+// for other types.
+std::optional<double> element_as_double(const TensorData& d, size_t k);
+// Every element of such a tensor (strided views read in order), as doubles;
+// nullopt for other types.
+std::optional<std::vector<double>> to_doubles(const TensorData& d);
+
 // Bytes spanned by a strided view: (size-1)*stride summed, plus one element;
 // nullopt on negative values or overflow. Contiguous when strides is empty.
 std::optional<uint64_t> strided_span_bytes(const std::vector<int64_t>& sizes,

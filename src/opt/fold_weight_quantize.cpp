@@ -21,42 +21,14 @@ namespace pt2onnx {
 
 namespace {
 
+// The values of a small scale / zero point of the types QuantizeLinear folds.
 std::optional<std::vector<double>> values(const TensorData* d) {
-  if (!d || d->numel() > (1 << 20)) return std::nullopt;
-  std::vector<double> v(static_cast<size_t>(d->numel()));
-  const uint8_t* p = d->bytes();
-  if (!d->is_contiguous()) return std::nullopt;
-  for (size_t k = 0; k < v.size(); ++k) {
-    switch (d->dtype) {
-      case DType::Float: {
-        float f;
-        std::memcpy(&f, p + 4 * k, 4);
-        v[k] = f;
-        break;
-      }
-      case DType::Int8:
-        v[k] = static_cast<int8_t>(p[k]);
-        break;
-      case DType::UInt8:
-        v[k] = p[k];
-        break;
-      case DType::Int16: {
-        int16_t x;
-        std::memcpy(&x, p + 2 * k, 2);
-        v[k] = x;
-        break;
-      }
-      case DType::UInt16: {
-        uint16_t x;
-        std::memcpy(&x, p + 2 * k, 2);
-        v[k] = x;
-        break;
-      }
-      default:
-        return std::nullopt;
-    }
-  }
-  return v;
+  if (!d || d->numel() > (1 << 20) || !d->is_contiguous()) return std::nullopt;
+  const DType t = d->dtype;
+  if (t != DType::Float && t != DType::Int8 && t != DType::UInt8 && t != DType::Int16 &&
+      t != DType::UInt16)
+    return std::nullopt;
+  return to_doubles(*d);
 }
 
 }  // namespace

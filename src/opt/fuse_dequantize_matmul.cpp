@@ -59,18 +59,6 @@ int64_t offset(const TensorData& d, int64_t r, int64_t c) {
   return r * d.strides[0] + c * d.strides[1];
 }
 
-float float_at(const TensorData& d, int64_t i) {
-  const uint8_t* p = d.bytes();
-  if (d.dtype == DType::Float) {
-    float f;
-    std::memcpy(&f, p + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p + 2 * i, 2);
-  return d.dtype == DType::Float16 ? half_to_float(h) : bfloat16_to_float(h);
-}
-
 // The weight as MatMul's B [K, N], and where its scale / zero point of
 // element (k, n) lie: q (k, n) at q's (k, n), or (n, k) when `transposed`;
 // scales per column (`block` 0) or per (block of K, column).
@@ -187,7 +175,7 @@ BlockQuantized to_unsigned(const Weight& w, BlockPlan& pl) {
     for (int64_t b = 0; b < pl.blocks; ++b) {
       const int64_t pi = param_index(w, b, n);
       const size_t o = static_cast<size_t>(n * pl.blocks + b);
-      qz.scale[o] = float_at(*w.scale, pi);
+      qz.scale[o] = static_cast<float>(*element_as_double(*w.scale, static_cast<size_t>(pi)));
       qz.zp[o] = static_cast<uint8_t>((w.zp ? int_at(*w.zp, pi) : 0) + shift);
       if (qz.zp[o] != (1 << (pl.bits - 1))) pl.symmetric = false;
     }
@@ -242,20 +230,25 @@ size_t fuse_dequantize_matmul(Graph& g, const PassOptions& o) {
         continue;
       w = cast_weight(ix, *cast, flat_constant(ix, n.inputs[1]), yt->shape->back().value);
       if (!w) continue;
+      // s scales columns: [N] or [1, .., 1, N] (N values shaped [N, 1] would
+      // scale rows).
       const ValueType* st = ix.type(n.inputs[1]);
-      if (!st || !st->shape || st->shape->size() > yt->shape->size()) continue;
+      if (!st || !st->shape || st->shape->empty() || st->shape->size() > yt->shape->size() ||
+          !st->shape->back().same_as(yt->shape->back()))
+        continue;
+      bool columns = true;
+      for (size_t d = 0; d + 1 < st->shape->size(); ++d)
+        columns = columns && (*st->shape)[d].same_as(Dim::of(1));
+      if (!columns) continue;
       a = mm->inputs[0];
       rw.remove(*mi);
     } else {
       bool transposed = false;
       std::string b = n.inputs[1];
       if (gemm) {
-        const Attr* ta = n.attr("transA");
-        const Attr* al = n.attr("alpha");
-        const Attr* be = n.attr("beta");
-        if ((ta && ta->i) || (al && al->f != 1.0f) || (be && be->f != 1.0f)) continue;
-        const Attr* tb = n.attr("transB");
-        transposed = tb && tb->i;
+        auto tb = plain_gemm(n);
+        if (!tb) continue;
+        transposed = *tb;
         if (n.inputs.size() > 2) bias = n.inputs[2];
       } else if (const Node* t = ix.producer(b, "Transpose")) {
         const Attr* perm = t->attr("perm");

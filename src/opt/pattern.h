@@ -71,6 +71,17 @@ inline bool is_op(const Node* n, std::string_view op) {
   return n && n->op_type == op && n->domain.empty();
 }
 
+// A Gemm that is A times B (+ C): no transA, alpha and beta 1. Returns its
+// transB (B given as [N, K]); nullopt for any other Gemm.
+inline std::optional<bool> plain_gemm(const Node& n) {
+  const Attr* ta = n.attr("transA");
+  const Attr* al = n.attr("alpha");
+  const Attr* be = n.attr("beta");
+  if ((ta && ta->i) || (al && al->f != 1.0f) || (be && be->f != 1.0f)) return std::nullopt;
+  const Attr* tb = n.attr("transB");
+  return tb && tb->i;
+}
+
 // Whether `axis` (possibly negative) names the last axis of a rank-r value.
 inline bool is_last_axis(int64_t axis, size_t rank) {
   return axis == -1 || (rank > 0 && axis == static_cast<int64_t>(rank) - 1);

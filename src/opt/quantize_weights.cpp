@@ -220,7 +220,6 @@ size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions
   FreshNames names(g);
   std::map<std::pair<std::string, bool>, BlockInitializers>
       done;  // (weight, transposed) -> its quantized form
-  std::map<std::pair<std::string, bool>, Source> sources;
   std::vector<Initializer> added;
   Rewriter rw(g);
   size_t changed = 0;
@@ -232,12 +231,9 @@ size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions
     if ((!matmul && !gemm) || n.outputs.size() != 1 || n.inputs.size() < 2) continue;
     bool transposed = false;
     if (gemm) {
-      const Attr* ta = n.attr("transA");
-      const Attr* al = n.attr("alpha");
-      const Attr* be = n.attr("beta");
-      if ((ta && ta->i) || (al && al->f != 1.0f) || (be && be->f != 1.0f)) continue;
-      const Attr* tb = n.attr("transB");
-      transposed = tb && tb->i;
+      auto tb = plain_gemm(n);
+      if (!tb) continue;
+      transposed = *tb;
     }
     // B: a weight, or (without optimize) the Transpose of one.
     std::string w = n.inputs[1];
@@ -280,10 +276,9 @@ size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions
                                 : dq_inputs(qz, *src, pl, at->dtype, base, names);
       for (auto& i : m.inits) added.push_back(i);
       it = done.emplace(key, std::move(m)).first;
-      sources.emplace(key, *src);
     }
     const BlockInitializers& m = it->second;
-    const Source& s = sources.at(key);
+    const Source& s = *src;  // the same K, N for every reader of this key
     std::vector<Node> out;
     std::string y = n.outputs[0];
     const bool bias = gemm && n.inputs.size() > 2 && !n.inputs[2].empty();

@@ -485,6 +485,35 @@ def test_torchao_quantize_configs(config, opset, target, tmp_onnx):
         np.testing.assert_allclose(got, exp, atol=1e-4, rtol=1e-4)
 
 
+class _IntMatMulScaled(torch.nn.Module):
+    """(x @ q.float()) * s, torchao's int8 weight-only form, with s [N] per
+    column or [N, 1] (per row: not a weight scale)."""
+
+    def __init__(self, rows):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.register_buffer("q", torch.randint(-128, 128, (32, 16), generator=g,
+                                                dtype=torch.int8))
+        self.register_buffer("s", torch.rand((16, 1) if rows else (16,), generator=g))
+
+    def forward(self, x):
+        return (x @ self.q.float()) * self.s
+
+
+@pytest.mark.parametrize("rows", [False, True])
+def test_integer_matmul_times_scale(rows, tmp_onnx):
+    """A per-column scale becomes MatMulNBits (the integers read as they are);
+    one of N values that scales rows ([N, 1]) is left as it is."""
+    m = _IntMatMulScaled(rows).eval()
+    x = torch.randn(16, 32)
+    pt2onnx.export(m, (x,), tmp_onnx, opset=18, target="onnxruntime")
+    assert _ops(tmp_onnx).count("MatMulNBits") == (0 if rows else 1), _ops(tmp_onnx)
+    x2 = torch.randn(16, 32)
+    (got,) = _ort(tmp_onnx, [x2])
+    with torch.no_grad():
+        np.testing.assert_allclose(got, m(x2).numpy(), atol=1e-4, rtol=1e-4)
+
+
 # ---- quantize at export
 
 
