@@ -84,10 +84,16 @@ struct WeightQuantization {
   int64_t block_size = 0;  // 0: 32 for 4 bits; one block per column (per channel) for 8
   bool symmetric = true;   // false: a zero point per block
   int accuracy_level = 4;  // MatMulNBits': 0 = float compute, 4 = int8 compute (CPU)
+  // Also the embedding tables (Gather of a float weight by indices) whose row
+  // length is a multiple of the block: com.microsoft GatherBlockQuantized on
+  // the onnxruntime target; Gather of the integer rows and their scales, then
+  // a blocked DequantizeLinear, on the standard one (opset 21).
+  bool embeddings = false;
 };
 
 // "int4" / "int8", then optional ",key=value" settings: block_size=N,
-// symmetric=0|1 (or the words symmetric / asymmetric), accuracy_level=N.
+// symmetric=0|1 (or the words symmetric / asymmetric), accuracy_level=N,
+// embeddings=0|1 (or the word embeddings).
 // "" or "none": off. nullopt (with `error` set) for anything else.
 std::optional<WeightQuantization> weight_quantization_from_string(std::string_view s,
                                                                   std::string* error);

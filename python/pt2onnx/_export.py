@@ -890,7 +890,11 @@ def export(
     onnxruntime's int8 compute on CPU; 0 computes in float); "standard"
     writes DequantizeLinear + MatMul (blocks and int4 need opset >= 21). A
     dict sets the rest: {"dtype": "int4", "block_size": 64, "symmetric":
-    False, "accuracy_level": 0}. verify=True then needs verify_tolerance.
+    False, "accuracy_level": 0, "embeddings": True}; "embeddings" also
+    quantizes the embedding tables (rows of whole blocks) to
+    com.microsoft GatherBlockQuantized (onnxruntime) or Gather + blocked
+    DequantizeLinear (standard, opset >= 21). verify=True then needs
+    verify_tolerance.
     `verbose`: None (default) or True shows a progress line on stderr when
     it is a terminal and the export runs longer than a second (the stage,
     and bytes written of the total while writing); False never does.

@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                         "data files of at most that size)")
     p.add_argument("--quantize", default=None, metavar="SPEC",
                    help="int4 or int8: Linear weights quantized while written (settings after "
-                        "commas: block_size=N, asymmetric, accuracy_level=N); implies "
+                        "commas: block_size=N, asymmetric, accuracy_level=N, embeddings); implies "
                         "--no-verify (a quantized file differs from PyTorch by more than "
                         "rounding)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")

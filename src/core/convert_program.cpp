@@ -102,6 +102,10 @@ std::optional<WeightQuantization> weight_quantization_from_string(std::string_vi
       q.symmetric = key == "symmetric";
       continue;
     }
+    if (eq == std::string::npos && key == "embeddings") {
+      q.embeddings = true;
+      continue;
+    }
     char* end = nullptr;
     long long v = std::strtoll(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0')
@@ -112,9 +116,12 @@ std::optional<WeightQuantization> weight_quantization_from_string(std::string_vi
       q.symmetric = v != 0;
     else if (key == "accuracy_level" && v >= 0 && v <= 4)
       q.accuracy_level = static_cast<int>(v);
+    else if (key == "embeddings")
+      q.embeddings = v != 0;
     else
       return fail("quantize setting '" + item +
-                  "': known are block_size, symmetric, asymmetric, accuracy_level (0-4)");
+                  "': known are block_size, symmetric, asymmetric, accuracy_level (0-4), "
+                  "embeddings");
   }
   return q;
 }

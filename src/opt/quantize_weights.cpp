@@ -15,6 +15,11 @@
 //     per channel (axis 1) at opset 13 and later for 8 bits; blocked (axis 0,
 //     block_size) and 4-bit types need opset 21.
 //
+// With `embeddings`, the float tables Gather reads rows of (axis 0, row
+// length a multiple of the block) are quantized the same way, per row:
+// com.microsoft GatherBlockQuantized (onnxruntime) or Gather + blocked
+// DequantizeLinear of the rows read (standard, opset 21); see embedding_nodes.
+//
 // Symmetric blocks take the scale that maps the block's largest-magnitude
 // value onto the type's most negative integer (-8 / -128), so the whole
 // signed range is used (onnxruntime's own blockwise quantizer does the same);
@@ -186,6 +191,124 @@ BlockInitializers dq_inputs(const BlockQuantized& qz, const Source& s, const Blo
 
 bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
+// An embedding table E [V, H] quantized per row in blocks along H (qz from
+// `quantize` of E read as B = E^T: column v is row v): the nodes for
+// Gather(E, ids) -> `out`, appended to `nodes`, their initializers to `made`.
+// The integers are stored unsigned (symmetric: zero point 2^(bits-1)), 4-bit
+// ones two a byte, low first, each table row on whole bytes.
+//   onnxruntime: com.microsoft GatherBlockQuantized(data [V, H * bits / 8]
+//     uint8, ids, scales [V, blocks], zero points [V, ceil(blocks * bits /
+//     8)] when asymmetric; else its default 2^(bits-1)).
+//   standard: Gather of the rows read (ONNX Gather takes no 4-bit type: the
+//     bytes are gathered and their nibbles split by BitwiseAnd / BitShift),
+//     of their scales and zero points (uint8 [V, blocks]; symmetric: a
+//     constant expanded), then DequantizeLinear(axis -1, block_size): only
+//     the rows read are dequantized.
+void embedding_nodes(const BlockQuantized& qz, const BlockPlan& pl, DType ft, bool ort,
+                     const std::string& table, const std::string& ids, const Node& gather, Graph& g,
+                     FreshNames& names, std::vector<Initializer>& made, std::vector<Node>& nodes) {
+  const int64_t V = qz.N, H = qz.K, blocks = pl.blocks;
+  const bool four = pl.bits == 4;
+  const size_t count = static_cast<size_t>(V * H);
+  std::vector<uint8_t> q(four ? count / 2 : count, 0);
+  for (size_t i = 0; i < count; ++i) {
+    if (four)
+      put_nibble(q, i, qz.q[i]);
+    else
+      q[i] = qz.q[i];
+  }
+  const int64_t row_bytes = four ? H / 2 : H;
+  std::string qn = names(table + (four ? "_q4" : "_q8"));
+  made.push_back({qn, TensorData::from_bytes(DType::UInt8, {V, row_bytes}, std::move(q))});
+  g.types[qn] = static_type(DType::UInt8, {V, row_bytes});
+  std::string sn = names(table + "_scales");
+  made.push_back({sn, floats_as(ft, {V, blocks}, qz.scale)});
+  std::string zn;
+  if (!pl.symmetric) {
+    // One row of zero points per table row (4-bit, onnxruntime: packed).
+    const int64_t zrow = four && ort ? (blocks + 1) / 2 : blocks;
+    std::vector<uint8_t> z(static_cast<size_t>(V * zrow), 0);
+    for (int64_t v = 0; v < V; ++v)
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t x = qz.zp[static_cast<size_t>(v * blocks + b)];
+        if (four && ort)
+          put_nibble(z, static_cast<size_t>(v * zrow * 2 + b), x);
+        else
+          z[static_cast<size_t>(v * zrow + b)] = x;
+      }
+    zn = names(table + "_zero_points");
+    made.push_back({zn, TensorData::from_bytes(DType::UInt8, {V, zrow}, std::move(z))});
+  }
+  const std::string& y = gather.outputs[0];
+  if (ort) {
+    std::vector<std::string> in{qn, ids, sn};
+    if (!zn.empty()) in.push_back(zn);
+    nodes.push_back(make_node("GatherBlockQuantized", in, {y},
+                              {Attr::Int("gather_axis", 0), Attr::Int("quantize_axis", 1),
+                               Attr::Int("block_size", pl.block), Attr::Int("bits", pl.bits)},
+                              gather, "com.microsoft"));
+    return;
+  }
+  const ValueType* yt = g.type_of(y);
+  if (!yt || !yt->shape) throw Error("quantize embeddings: the gathered rows' rank is unknown");
+  const Shape rows_shape = *yt->shape;  // [ids..., H]
+  auto add_node = [&](const std::string& op, std::vector<std::string> in, DType dt, Shape sh,
+                      std::vector<Attr> attrs = {}) {
+    std::string out = names(y + "_" + op);
+    g.types[out] = ValueType{dt, std::move(sh)};
+    nodes.push_back(make_node(op, std::move(in), {out}, std::move(attrs), gather));
+    nodes.back().name += "_" + std::to_string(nodes.size());  // one name per node
+    return out;
+  };
+  auto with_last = [&](int64_t last) {
+    Shape sh = rows_shape;
+    sh.back() = Dim::of(last);
+    return sh;
+  };
+  auto ints = [&](std::vector<int64_t> v) {
+    std::string c = names(y + "_const");
+    const std::vector<int64_t> dims{static_cast<int64_t>(v.size())};
+    made.push_back({c, TensorData::from_vector(DType::Int64, dims, v)});
+    g.types[c] = static_type(DType::Int64, dims);
+    return c;
+  };
+  auto byte = [&](uint8_t v) {
+    std::string c = names(y + "_const");
+    made.push_back({c, TensorData::from_vector(DType::UInt8, {}, std::vector<uint8_t>{v})});
+    g.types[c] = static_type(DType::UInt8, {});
+    return c;
+  };
+  const Attr axis0 = Attr::Int("axis", 0);
+  std::string vals = add_node("Gather", {qn, ids}, DType::UInt8, with_last(row_bytes), {axis0});
+  if (four) {
+    // [.., H / 2] bytes -> [.., H / 2, 2] nibbles (low first) -> [.., H].
+    Shape half = with_last(H / 2);
+    Shape pair = half;
+    pair.push_back(Dim::of(1));
+    std::string lo = add_node("BitwiseAnd", {vals, byte(15)}, DType::UInt8, half);
+    std::string hi = add_node("BitShift", {vals, byte(4)}, DType::UInt8, half,
+                              {Attr::Str("direction", "RIGHT")});
+    const std::string last = ints({-1});
+    lo = add_node("Unsqueeze", {lo, last}, DType::UInt8, pair);
+    hi = add_node("Unsqueeze", {hi, last}, DType::UInt8, pair);
+    pair.back() = Dim::of(2);
+    std::string both = add_node("Concat", {lo, hi}, DType::UInt8, pair, {Attr::Int("axis", -1)});
+    std::vector<int64_t> to(rows_shape.size() - 1, 0);  // 0: keep that dim
+    to.push_back(H);
+    vals = add_node("Reshape", {both, ints(to)}, DType::UInt8, rows_shape);
+  }
+  std::string sc = add_node("Gather", {sn, ids}, ft, with_last(blocks), {axis0});
+  std::string zp =
+      zn.empty() ? add_node("Expand",
+                            {byte(uint8_t{1} << (pl.bits - 1)),
+                             add_node("Shape", {sc}, DType::Int64,
+                                      Shape{Dim::of(static_cast<int64_t>(rows_shape.size()))})},
+                            DType::UInt8, with_last(blocks))
+                 : add_node("Gather", {zn, ids}, DType::UInt8, with_last(blocks), {axis0});
+  nodes.push_back(make_node("DequantizeLinear", {vals, sc, zp}, {y},
+                            {Attr::Int("axis", -1), Attr::Int("block_size", pl.block)}, gather));
+}
+
 }  // namespace
 
 size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions& o) {
@@ -204,6 +327,11 @@ size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions
     throw Error("quantize block_size " + std::to_string(q.block_size) +
                 (ort ? ": onnxruntime's MatMulNBits needs a power of 2, 16 or more"
                      : ": must be positive (0: the default)"));
+  if (!ort && q.embeddings && o.opset < 21)
+    throw Error(
+        "quantize with embeddings and target='standard' writes blocked DequantizeLinear, "
+        "which needs opset 21 or later; use opset=21 or target='onnxruntime' "
+        "(GatherBlockQuantized)");
   if (!ort && q.block_size > 0 && o.opset < 21)
     throw Error(
         "quantize with a block_size and target='standard' writes blocked "
@@ -310,6 +438,32 @@ size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions
       if (const ValueType* yt = ix.type(y)) g.types[mm_out] = *yt;
       out.push_back(make_node("Add", {mm_out, n.inputs[2]}, {y}, {}, n));
     }
+    rw.replace(k, std::move(out));
+    ++changed;
+  }
+  // Embedding tables (q.embeddings): Gather(E [V, H] float weight, ids, axis 0).
+  for (size_t k = 0; q.embeddings && k < g.nodes.size(); ++k) {
+    const Node& n = g.nodes[k];
+    if (!is_op(&n, "Gather") || n.inputs.size() != 2 || n.outputs.size() != 1 || rw.touched(k))
+      continue;
+    if (const Attr* ax = n.attr("axis"); ax && ax->i != 0) continue;
+    const TensorData* d = ix.constant(n.inputs[0]);
+    const ValueType* it = ix.type(n.inputs[1]);
+    const ValueType* yt = ix.type(n.outputs[0]);
+    if (!d || !it || !yt || (it->dtype != DType::Int64 && it->dtype != DType::Int32) ||
+        (yt->dtype != DType::Float && yt->dtype != DType::Float16))
+      continue;
+    auto src = source_of(*d, true);  // column v of E^T is row v of E
+    if (!src || src->N < 1) continue;
+    BlockPlan pl;
+    pl.bits = q.bits;
+    pl.symmetric = q.symmetric;
+    pl.block = q.block_size > 0 ? q.block_size : 32;
+    if (src->K % pl.block != 0) continue;  // rows of whole blocks only
+    pl.blocks = src->K / pl.block;
+    BlockQuantized qz = quantize(*src, pl);
+    std::vector<Node> out;
+    embedding_nodes(qz, pl, yt->dtype, ort, n.inputs[0], n.inputs[1], n, g, names, added, out);
     rw.replace(k, std::move(out));
     ++changed;
   }

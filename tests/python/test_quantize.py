@@ -660,6 +660,88 @@ def test_quantize_at_export_llama(spec, target, opset, tmp_path):
     assert size < expected * 1.15 + 65536, (size, expected)
 
 
+def _dequantized_embedding(path, name, bits):
+    """The embedding table [V, H] as the file's quantized rows give it."""
+    m = onnx.load(path)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in m.graph.initializer}
+    q = inits[name + ("_q4" if bits == 4 else "_q8")]
+    scale = inits[name + "_scales"]
+    V, blocks = scale.shape
+    if q.dtype == np.uint8 and bits == 4:  # GatherBlockQuantized's packed rows
+        q = np.stack([q & 0xF, q >> 4], -1).reshape(V, -1)
+    q = q.astype(np.float32)
+    H = q.shape[1]
+    z = inits.get(name + "_zero_points")
+    if z is not None:
+        if z.dtype == np.uint8 and bits == 4 and z.shape[1] != blocks:  # packed per row
+            z = np.stack([z & 0xF, z >> 4], -1).reshape(V, -1)[:, :blocks]
+        z = np.repeat(z.astype(np.float32), H // blocks, 1)
+    elif q.min() >= 0:  # unsigned, symmetric: the default zero point 2^(bits-1)
+        z = 2.0 ** (bits - 1)
+    else:
+        z = 0.0
+    return (q - z) * np.repeat(scale, H // blocks, 1)
+
+
+@pytest.mark.parametrize("spec,target,opset", [
+    ({"dtype": "int4", "embeddings": True}, "onnxruntime", 18),
+    ({"dtype": "int4", "embeddings": True, "symmetric": False}, "onnxruntime", 18),
+    ({"dtype": "int8", "embeddings": True, "block_size": 32}, "onnxruntime", 18),
+    ({"dtype": "int4", "embeddings": True}, "standard", 21),
+    ({"dtype": "int4", "embeddings": True, "symmetric": False}, "standard", 21),
+])
+def test_quantize_embeddings(spec, target, opset, tmp_path):
+    """quantize={..., "embeddings": True}: the table becomes GatherBlockQuantized
+    (onnxruntime) or Gather of the integer rows + DequantizeLinear (standard),
+    and the file equals PyTorch holding every dequantized weight, the table's
+    included."""
+    model = _llama()
+    q = dict(spec)
+    if target == "onnxruntime":
+        q["accuracy_level"] = 0
+    path = str(tmp_path / "e.onnx")
+    _export_llama(model, path, target=target, opset=opset, quantize=q)
+    ops = _ops(path)
+    table_gathers = [n for n in onnx.load(path, load_external_data=False).graph.node
+                     if n.op_type == "Gather" and n.input[0].startswith("m.model.embed_tokens")]
+    if target == "onnxruntime":
+        assert ops.count("GatherBlockQuantized") == 1 and not table_gathers, ops
+    else:  # the integer rows, their scales (and zero points)
+        assert len(table_gathers) == (3 if not spec.get("symmetric", True) else 2), ops
+    deq = _dequantized_weights(path)
+    bits = 4 if spec["dtype"] == "int4" else 8
+    deq["m.model.embed_tokens.weight"] = _dequantized_embedding(path, "m.model.embed_tokens.weight",
+                                                              bits)
+    ids = torch.randint(0, 512, (3, 20))
+    with torch.no_grad():
+        ref = model(ids).numpy()
+        saved = {k: v.clone() for k, v in model.state_dict().items()}
+        sd = model.state_dict()
+        for name, w in deq.items():
+            sd[name].copy_(torch.from_numpy(np.ascontiguousarray(w)))
+        same_weights = model(ids).numpy()
+        model.load_state_dict(saved)
+    import onnxruntime as ort
+
+    (got,) = _ort(path, [ids], ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+    np.testing.assert_allclose(got, same_weights, atol=2e-4, rtol=1e-3)
+    cos = (got * ref).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(ref, axis=-1)
+    assert cos.min() > (0.995 if bits == 8 else 0.95), cos.min()
+    # Smaller than the same export without the table quantized.
+    import os
+
+    plain = str(tmp_path / "p.onnx")
+    q.pop("embeddings")
+    _export_llama(model, plain, target=target, opset=opset, quantize=q)
+
+    def size(stem):
+        return sum(os.path.getsize(os.path.join(tmp_path, f)) for f in os.listdir(tmp_path)
+                   if f.startswith(stem))
+    table = 512 * 128 * 4
+    assert size("e.onnx") < size("p.onnx") - table * (1 - bits / 32 - 0.1), (size("e.onnx"),
+                                                                                size("p.onnx"))
+
+
 def test_quantize_greedy_generation_agrees(tmp_path):
     """Greedy decoding over 32 steps against float32 PyTorch: per step, does
     the quantized file pick PyTorch's token given PyTorch's own prefix
@@ -706,6 +788,8 @@ def test_quantize_errors(tmp_path):
         _export_llama(model, path, quantize="int3")
     with pytest.raises(ValueError, match="verify_tolerance"):
         _export_llama(model, path, quantize="int8", verify=True)
+    with pytest.raises(pt2onnx.ConversionError, match="embeddings .*opset 21"):
+        _export_llama(model, path, quantize={"dtype": "int8", "embeddings": True}, opset=18)
     import os
 
     assert not os.path.exists(path)
