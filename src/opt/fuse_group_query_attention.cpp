@@ -284,25 +284,19 @@ size_t fuse_group_query_attention(Graph& g, const PassOptions& o) {
     const std::string& qx = rotary ? rq->x : m->q;
     const Shape* BM = bias_mask.empty() ? nullptr : shape_of(idx, bias_mask);
     const int64_t br = BM ? static_cast<int64_t>(BM->size()) : 0;
-    std::string batch, total, qlen;
-    if (auto v = input_dim(g, e, Q[0], o.opset))
-      batch = *v;
-    else if (BM && br == 4 && (*BM)[0].same_as(Q[0]))
-      batch = shape_at(bias_mask, 0);
-    else
-      batch = shape_at(qx, 0);
-    if (auto v = input_dim(g, e, Q[2], o.opset))
-      qlen = *v;
-    else if (BM && (*BM)[br - 2].same_as(Q[2]))
-      qlen = shape_at(bias_mask, br - 2);
-    else
-      qlen = shape_at(qx, 2);
-    if (auto v = input_dim(g, e, K[2], o.opset))
-      total = *v;
-    else if (BM && (*BM)[br - 1].same_as(K[2]))
-      total = shape_at(bias_mask, br - 1);
-    else
-      total = e.op("Add", {shape_at(m->past_key, 2), qlen}, i64({Dim::of(1)}));
+    // Dim x: an input's Shape, else axis `a` of the bias mask when it is x.
+    auto size = [&](const Dim& x, int64_t a) -> std::optional<std::string> {
+      if (auto v = input_dim(g, e, x, o.opset)) return v;
+      if (BM && a >= 0 && a < br && (*BM)[static_cast<size_t>(a)].same_as(x))
+        return shape_at(bias_mask, a);
+      return std::nullopt;
+    };
+    std::string batch = size(Q[0], br == 4 ? 0 : -1).value_or("");
+    if (batch.empty()) batch = shape_at(qx, 0);
+    std::string qlen = size(Q[2], br - 2).value_or("");
+    if (qlen.empty()) qlen = shape_at(qx, 2);
+    std::string total = size(K[2], br - 1).value_or("");
+    if (total.empty()) total = e.op("Add", {shape_at(m->past_key, 2), qlen}, i64({Dim::of(1)}));
     auto cast32 = [&](const std::string& x, Shape s) {
       return e.op("Cast", {x}, i32(std::move(s)),
                   {Attr::Int("to", static_cast<int64_t>(DType::Int32))});

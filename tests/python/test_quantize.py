@@ -590,6 +590,33 @@ def _dequantized_weights(path):
     return out
 
 
+def _check_dequantized(model, path, deq, kind):
+    """The file's logits equal PyTorch's with the weights the file dequantizes
+    to (`deq`), and are close to float32 PyTorch's (cosine)."""
+    import onnxruntime as ort
+
+    ids = torch.randint(0, 512, (3, 20))
+    with torch.no_grad():
+        ref = model(ids).numpy()
+        saved = {k: v.clone() for k, v in model.state_dict().items()}
+        sd = model.state_dict()
+        for name, w in deq.items():
+            assert name in sd, name
+            sd[name].copy_(torch.from_numpy(np.ascontiguousarray(w)))
+        same_weights = model(ids).numpy()
+        model.load_state_dict(saved)
+    # Basic level: onnxruntime's extended level turns a standard file's 4-bit
+    # DequantizeLinear + MatMul into MatMulNBits with int8 compute
+    # (session.qdq_matmulnbits_accuracy_level, default 4).
+    (got,) = _ort(path, [ids], ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+    np.testing.assert_allclose(got, same_weights, atol=2e-4, rtol=1e-3)
+    # Accuracy against float32 PyTorch (random weights: no outliers, the
+    # hardest case for a per-block scale). Bounds well below the measured
+    # figures (README: "Quantization at export").
+    cos = (got * ref).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(ref, axis=-1)
+    assert cos.min() > (0.995 if kind == "int8" else 0.95), cos.min()
+
+
 @pytest.mark.parametrize("spec,target,opset", [
     ("int4", "onnxruntime", 18),
     ("int8", "onnxruntime", 18),
@@ -621,29 +648,7 @@ def test_quantize_at_export_llama(spec, target, opset, tmp_path):
     # Exact: PyTorch holding the file's dequantized weights gives its logits.
     deq = _dequantized_weights(path)
     assert len(deq) == linears
-    ids = torch.randint(0, 512, (3, 20))
-    with torch.no_grad():
-        ref = model(ids).numpy()
-        saved = {k: v.clone() for k, v in model.state_dict().items()}
-        sd = model.state_dict()
-        for name, w in deq.items():
-            assert name in sd, name
-            sd[name].copy_(torch.from_numpy(np.ascontiguousarray(w)))
-        same_weights = model(ids).numpy()
-        model.load_state_dict(saved)
-    import onnxruntime as ort
-
-    # Basic level: onnxruntime's extended level turns a standard file's 4-bit
-    # DequantizeLinear + MatMul into MatMulNBits with int8 compute
-    # (session.qdq_matmulnbits_accuracy_level, default 4).
-    (got,) = _ort(path, [ids], ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
-    np.testing.assert_allclose(got, same_weights, atol=2e-4, rtol=1e-3)
-
-    # Accuracy against float32 PyTorch (random weights: no outliers, the
-    # hardest case for a per-block scale). Bounds well below the measured
-    # figures (README: "Quantization at export").
-    cos = (got * ref).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(ref, axis=-1)
-    assert cos.min() > (0.995 if kind == "int8" else 0.95), cos.min()
+    _check_dequantized(model, path, deq, kind)
 
     # The file holds the integers.
     import os
@@ -712,21 +717,7 @@ def test_quantize_embeddings(spec, target, opset, tmp_path):
     bits = 4 if spec["dtype"] == "int4" else 8
     deq["m.model.embed_tokens.weight"] = _dequantized_embedding(path, "m.model.embed_tokens.weight",
                                                               bits)
-    ids = torch.randint(0, 512, (3, 20))
-    with torch.no_grad():
-        ref = model(ids).numpy()
-        saved = {k: v.clone() for k, v in model.state_dict().items()}
-        sd = model.state_dict()
-        for name, w in deq.items():
-            sd[name].copy_(torch.from_numpy(np.ascontiguousarray(w)))
-        same_weights = model(ids).numpy()
-        model.load_state_dict(saved)
-    import onnxruntime as ort
-
-    (got,) = _ort(path, [ids], ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
-    np.testing.assert_allclose(got, same_weights, atol=2e-4, rtol=1e-3)
-    cos = (got * ref).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(ref, axis=-1)
-    assert cos.min() > (0.995 if bits == 8 else 0.95), cos.min()
+    _check_dequantized(model, path, deq, spec["dtype"])
     # Smaller than the same export without the table quantized.
     import os
 
