@@ -716,32 +716,34 @@ def auto_notes(data):
     return out
 
 
-# What the numbers of the run of 2026-11-26 say (rerun, then reread them).
+# What the numbers of the run of 2026-11-26 20:00 UTC say (rerun, then reread them).
 FINDINGS = """\
-- **Targets** (this run). pt2onnx int4 export time / fp32 export time: 1.17 (44M) and 0.95 \
-(154M), within 1.2x: met (quantizing in C++ while writing costs about what the smaller write \
-saves). pt2onnx int4 decode step / builder int4 decode step: 1.06 (44M) and 1.02 (154M): \
-**missed** by 2-6%. Both files use the same scheme (MatMulNBits, block 32, symmetric, \
-accuracy_level 4) and differ from PyTorch's logits by the same amount, and both fuse every \
-layer's attention into GroupQueryAttention; the gap is the one fp32 has in bench/latency.md \
-(target="onnxruntime" trails the builder by 1-6% on decode): pt2onnx's file runs more small \
-nodes per step (position ids, rotary caches, the mask, sequence lengths: 100 vs 55 nodes at \
-44M, 140 vs 99 at 154M), a fixed cost that weighs most where the MatMuls are cheapest (int4, \
-small model). An earlier run of this bench found layer 5 of llama_h1024_l8 left without \
-GroupQueryAttention (a dim_param ordering bug in pt2onnx's symbolic shapes, fixed in df19f7e; \
-every layer fuses now).
-- **Prefill.** With accuracy_level 4, MatMulNBits quantizes the activations to int8, and this \
-CPU has AVX2 only (no VNNI): int4 prefill runs at 0.97-1.01x of fp32, int8 (MatMulNBits 8 \
-bits) at 1.25-1.28x, i.e. *slower*; onnxruntime's quantize_dynamic file (MatMulInteger) \
-prefills at 0.58-0.61x of fp32. On decode (memory bound) pt2onnx int4 is 0.27-0.31x of fp32, \
-int8 0.37-0.42x.
+- **Targets** (this run, an Intel Xeon with AVX-512 VNNI / AMX; the run of 16:23 was on an \
+AVX2-only AMD EPYC). pt2onnx int4 export time / fp32 export time: 0.96 (44M) and 1.17 (154M), \
+within 1.2x: met (quantizing in C++ takes ~0.2 s of a 3-7 s export; the rest of the spread is \
+torch.export's capture time, which varies by +-30% between rounds: see the per-round times). \
+pt2onnx int4 decode step / builder int4 decode step: 0.991 (44M) and 0.995 (154M): met, at \
+parity rather than clearly below (per timing process 0.98-1.02). The run of 16:23 measured \
+1.06 / 1.02 before this change: pt2onnx's decoder step ran 100 nodes against the builder's 55 \
+(44M). Now 77 / 117 nodes (builder 55 / 99): GroupQueryAttention's bias is only the padding \
+leaf of the mask (its own causal leaf is left to it), the padding lookup is a Gather instead of \
+a 14-node GatherND, sizes come from the graph inputs once for the model, and the gate / up \
+MatMulNBits of each layer are packed into one (a wider GEMV; 17 / 33 MatMulNBits against the \
+builder's 21 / 41). The remaining extra nodes are what keeps pt2onnx's file exact where the \
+builder's is not (left-padded batches; arbitrary position_ids: the builder's file has none).
+- **Prefill.** With accuracy_level 4, MatMulNBits quantizes the activations to int8: on this \
+CPU int8 (MatMulNBits 8 bits) prefills at 0.60-0.76x of fp32 and int4 at 1.00-1.14x (the \
+builder's int4 alike, 0.98-1.13x); onnxruntime's quantize_dynamic file (MatMulInteger) at \
+0.30-0.43x, the fastest here. On the AVX2-only machine of the earlier run int8 was slower than \
+fp32 (1.25-1.28x). On decode (memory bound) pt2onnx int4 is 0.30-0.35x of fp32, int8 \
+0.32-0.38x.
 - **torch.onnx + onnxruntime's quantizers.** MatMulNBitsQuantizer on torch.onnx's file \
 quantizes the same weights alike (same Δ logits) but its decode step is 1.4-1.5x pt2onnx \
 int4's (torch.onnx's file has no fused attention: 388 / 728 nodes, and 8 / 16 MatMuls it \
 leaves in float); quantize_dynamic int8 is less accurate than pt2onnx's weight-only int8 \
-(prefill Δ logits 0.24-0.36 vs 0.07-0.15), since it quantizes the activations too. pt2onnx's \
-int4 export takes 3.6-5.9 s against 15.0-28.8 s for torch.onnx plus the quantizer and \
-6.8-8.4 s for the builder.
+(prefill Δ logits 0.09-0.21 vs 0.07-0.15), since it quantizes the activations too, and its \
+decode step is 1.6-1.8x pt2onnx int8's. pt2onnx's int4 export takes 3.5-6.6 s against \
+13.5-28.2 s for torch.onnx plus the quantizer and 6.9-8.7 s for the builder.
 - **Accuracy.** Δ logits of int4 is ~30% of the logits' range here: random-weight models have \
 Gaussian weights and flat logits (max |logit| 2-3), so top-1 agreement is low for every int4 \
 file alike (pt2onnx, builder, MatMulNBitsQuantizer); trained weights quantize better. \
@@ -750,14 +752,16 @@ file dequantizes to.
 - **PT2E CNNs.** pt2onnx writes QuantizeLinear / DequantizeLinear; onnxruntime fuses them \
 into QLinearConv (ResNet-18: 12 of 20 convs; MobileNet v2: 42 of 52): X86InductorQuantizer \
 leaves the output of a conv before a residual add unquantized (inductor fuses conv + add), so \
-those run as float FusedConv after DequantizeLinear. On this AVX2 CPU int8 runs at 1.03-1.04x \
-of float here (0.92-0.96x in an earlier run under load), for files 3.6-3.9x smaller. The int8 \
-file's output differs from the converted PyTorch model's by about that model's own noise \
-floor (the same model on an input scaled by 1 + 1e-6), with onnxruntime's optimizations on or \
-off: no sign of a conversion error. Quantizing torchvision's ResNet-18 needs a strict (dynamo) \
-capture: X86InductorQuantizer raises "ValueError: Input partition has more than one output \
-node" on the ReLU module its BasicBlock calls twice when the non-strict capture records both \
-calls as one source (torchao, not pt2onnx)."""
+those run as float FusedConv after DequantizeLinear. Here int8 runs at 1.27x (ResNet-18) and \
+1.06x (MobileNet v2) of float (1.03-1.04x on the AVX2 machine earlier), for files 3.6-3.9x \
+smaller: at batch 1 the Quantize / Dequantize / Transpose nodes around the float convs cost \
+more than the int8 convs save on this CPU. The int8 file's output differs from the converted \
+PyTorch model's by about that model's own noise floor (the same model on an input scaled by \
+1 + 1e-6), with onnxruntime's optimizations on or off: no sign of a conversion error. \
+Quantizing torchvision's ResNet-18 needs a strict (dynamo) capture: X86InductorQuantizer raises \
+"ValueError: Input partition has more than one output node" on the ReLU module its BasicBlock \
+calls twice when the non-strict capture records both calls as one source (torchao, not \
+pt2onnx)."""
 
 
 METHOD = (
