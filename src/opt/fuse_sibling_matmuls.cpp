@@ -111,7 +111,9 @@ size_t fuse_sibling_matmuls(Graph& g, const PassOptions& o) {
   Rewriter rw(g);
   std::vector<Initializer> added;
   size_t fused = 0;
-  for (auto& [key, members] : groups) {
+  for (auto& group : groups) {
+    // Not a structured binding: the lambda below captures it (clang refuses).
+    const std::vector<NBits>& members = group.second;
     if (members.size() < 2) continue;
     const Node& m0 = g.nodes[members[0].node];
     // Every member's tensors of one layout (rank, trailing dims, types).
