@@ -137,8 +137,6 @@ bool arithmetic_ok(const Weight& w) {
   return w.data && (w.data->dtype == DType::Float || w.data->dtype == DType::Double);
 }
 
-std::vector<double> as_doubles(const TensorData& d) { return *to_doubles(d); }
-
 TensorData from_doubles(DType t, std::vector<int64_t> dims, const std::vector<double>& v) {
   if (t == DType::Double) return TensorData::from_vector(t, std::move(dims), v);
   std::vector<float> f(v.begin(), v.end());
@@ -150,7 +148,7 @@ Weight matmul(Ctx& c, const Weight& a, const Weight& b) {
   if (arithmetic_ok(a) && arithmetic_ok(b) && a.data->dtype == b.data->dtype) {
     size_t m = static_cast<size_t>(a.data->dims[0]), k = static_cast<size_t>(a.data->dims[1]),
            n = static_cast<size_t>(b.data->dims[1]);
-    std::vector<double> x = as_doubles(*a.data), y = as_doubles(*b.data), r(m * n, 0.0);
+    std::vector<double> x = *to_doubles(*a.data), y = *to_doubles(*b.data), r(m * n, 0.0);
     for (size_t i = 0; i < m; ++i)
       for (size_t l = 0; l < k; ++l)
         for (size_t j = 0; j < n; ++j) r[i * n + j] += x[i * k + l] * y[l * n + j];
@@ -180,7 +178,7 @@ Weight transpose2(Ctx& c, const Weight& w) {
 std::optional<Weight> right_inverse_t(const Weight& a) {
   if (!arithmetic_ok(a)) return std::nullopt;
   size_t p = static_cast<size_t>(a.data->dims[0]), h = static_cast<size_t>(a.data->dims[1]);
-  std::vector<double> x = as_doubles(*a.data), g(p * p, 0.0);
+  std::vector<double> x = *to_doubles(*a.data), g(p * p, 0.0);
   for (size_t i = 0; i < p; ++i)
     for (size_t j = 0; j < p; ++j)
       for (size_t l = 0; l < h; ++l) g[i * p + j] += x[i * h + l] * x[j * h + l];

@@ -93,7 +93,7 @@ struct TensorData {
     if (lazy()) materialize();
     return owned ? owned->data() : data;
   }
-  // Copies into a contiguous buffer (only needed for strided views).
+  // The elements in a new contiguous buffer, whatever the layout.
   std::vector<uint8_t> contiguous_copy() const;
   // Writes rows [r0, r1) of dim 0 (the whole tensor when rank 0) to `out`,
   // contiguous: a strided view streamed out in pieces. Transposed layouts

@@ -29,7 +29,8 @@
 //   Where(c, x, y), c all false               -> y
 //   And(a, b), b all true (or a)              -> the other input
 //   Or(a, b), b all false (or a)              -> the other input
-//   Add(a, 0), Add(0, a), Sub(a, 0), Mul(a, 1), Mul(1, a), integer a -> a
+//   Add(a, 0), Add(0, a), Sub(a, 0), Mul(a, 1), Mul(1, a), integer a -> a;
+//   Mul(a, 1), Mul(1, a), Div(a, 1), float a -> a
 //   Concat(a, e, ...), every e empty along the axis (static 0) -> a
 // each only when the dropped inputs broadcast into the kept one's shape (by
 // the value types: every dim of theirs, right-aligned, is 1 or the same
@@ -323,6 +324,20 @@ bool Folder::simplify(size_t k) {
       const std::string& drop = in[static_cast<size_t>(side)];
       const std::string& keep = in[static_cast<size_t>(1 - side)];
       if (is_neutral(drop) && fits(idx_, drop, keep)) {
+        forward(k, keep);
+        return true;
+      }
+    }
+  }
+  if ((n.op_type == "Mul" || n.op_type == "Div") && in.size() == 2 && !is_int(idx_, in[0])) {
+    // Float x * 1 and x / 1 are x exactly (NaN, infinities and -0
+    // included; x + 0 is not: -0 + 0 is +0). transformers scale rotary
+    // caches by attention_scaling, 1.0 for the default rope. 1 / x is not x.
+    for (int side = 1; side >= (n.op_type == "Div" ? 1 : 0); --side) {
+      const std::string& one = in[static_cast<size_t>(side)];
+      const std::string& keep = in[static_cast<size_t>(1 - side)];
+      const auto s = idx_.scalar(one);
+      if (s && *s == 1.0 && fits(idx_, one, keep)) {
         forward(k, keep);
         return true;
       }

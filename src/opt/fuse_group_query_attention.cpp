@@ -82,9 +82,8 @@ std::optional<std::string> vector_below(const GraphIndex& idx, const std::string
   return x;
 }
 
-// x = P' where P' is 0 (when zero_ok) or the cache's length (past's axis 2).
-bool is_past_length(const GraphIndex& idx, const std::string& x, const Dim& past, bool zero_ok) {
-  if (is_scalar(idx, x, 0)) return zero_ok;
+// x is the cache's length (past's axis 2).
+bool is_past_length(const GraphIndex& idx, const std::string& x, const Dim& past) {
   const Node* sq = idx.producer(x, "Squeeze");
   const Node* sh = sq ? idx.producer(sq->inputs[0], "Shape") : nullptr;
   if (!sh) return false;
@@ -133,8 +132,8 @@ Causal causal_leaf(const GraphIndex& idx, const std::string& mask, const Dim& pa
     const std::string& a = add->inputs[s];
     const std::string& p = add->inputs[1 - s];
     if (!range_from_zero(idx, a)) continue;
-    if (is_past_length(idx, p, past, false)) return per_query ? Causal::Same : Causal::Implies;
-    if (is_past_length(idx, p, past, true)) return Causal::Implies;
+    if (is_past_length(idx, p, past)) return per_query ? Causal::Same : Causal::Implies;
+    if (is_scalar(idx, p, 0)) return Causal::Implies;
   }
   return Causal::No;
 }

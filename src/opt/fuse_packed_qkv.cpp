@@ -100,11 +100,6 @@ std::optional<LastSlice> last_axis_slice(const GraphIndex& ix, const std::string
   return LastSlice{s->inputs[0], clamp((*st)[0]), clamp((*en)[0])};
 }
 
-std::vector<uint8_t> bytes_of(const TensorData& t) {
-  return t.is_contiguous() ? std::vector<uint8_t>(t.bytes(), t.bytes() + t.nbytes())
-                           : t.contiguous_copy();
-}
-
 }  // namespace
 
 size_t fuse_packed_qkv(Graph& g, const PassOptions& o) {
@@ -167,7 +162,7 @@ size_t fuse_packed_qkv(Graph& g, const PassOptions& o) {
     const size_t es = dtype_size(dt);
     // Row r of W: row r of W_q, W_k, W_v side by side.
     std::vector<std::vector<uint8_t>> parts;
-    for (auto& x : p) parts.push_back(bytes_of(*x.w));
+    for (auto& x : p) parts.push_back(x.w->contiguous_copy());
     std::vector<uint8_t> packed(static_cast<size_t>(kdim * total) * es);
     size_t off = 0;
     for (int64_t r = 0; r < kdim; ++r)
@@ -189,7 +184,7 @@ size_t fuse_packed_qkv(Graph& g, const PassOptions& o) {
     if (p[0].b) {
       std::vector<uint8_t> b;
       for (auto& x : p) {
-        auto v = bytes_of(*x.b);
+        auto v = x.b->contiguous_copy();
         b.insert(b.end(), v.begin(), v.end());
       }
       std::string bname = fresh(m0.inputs[1] + ".qkv_packed_bias");

@@ -42,11 +42,6 @@ struct NBits {
   const TensorData* zp = nullptr;
 };
 
-std::vector<uint8_t> bytes_of(const TensorData& t) {
-  return t.is_contiguous() ? std::vector<uint8_t>(t.bytes(), t.bytes() + t.nbytes())
-                           : t.contiguous_copy();
-}
-
 // The tensors' rows (dim 0) one after the other, as one tensor of dim 0 the
 // sum of theirs.
 TensorData stack_rows(const std::vector<const TensorData*>& ts) {
@@ -54,7 +49,7 @@ TensorData stack_rows(const std::vector<const TensorData*>& ts) {
   std::vector<int64_t> dims = ts[0]->dims;
   dims[0] = 0;
   for (const TensorData* t : ts) {
-    auto b = bytes_of(*t);
+    auto b = t->contiguous_copy();
     out.insert(out.end(), b.begin(), b.end());
     dims[0] += t->dims[0];
   }

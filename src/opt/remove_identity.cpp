@@ -1,9 +1,5 @@
 // Removes Identity nodes: readers use the input directly. An Identity that
 // names a graph output is kept unless its input can simply take that name.
-// A Mul by a one-element constant 1 (or Div by one) whose output has the
-// other operand's type is an Identity too (x * 1 == x in IEEE arithmetic,
-// NaN and -0 included): transformers' rotary caches are scaled by
-// attention_scaling, 1.0 for the default rope.
 #include <unordered_set>
 
 #include "opt/passes.h"
@@ -11,39 +7,7 @@
 
 namespace pt2onnx {
 
-namespace {
-
-void times_one_to_identity(Graph& g) {
-  GraphIndex idx(g);
-  for (Node& n : g.nodes) {
-    const bool mul = is_op(&n, "Mul"), div = is_op(&n, "Div");
-    if ((!mul && !div) || n.inputs.size() != 2 || n.outputs.size() != 1) continue;
-    for (size_t s = 0; s < 2; ++s) {
-      if (div && s == 0) continue;  // 1 / x is not x
-      auto one = idx.scalar(n.inputs[s]);
-      if (!one || *one != 1.0) continue;
-      const std::string& x = n.inputs[1 - s];
-      const ValueType* xt = idx.type(x);
-      const ValueType* yt = idx.type(n.outputs[0]);
-      if (!xt || !yt || !xt->shape || !yt->shape || xt->dtype != yt->dtype ||
-          *xt->shape != *yt->shape)
-        continue;
-      bool known = true;
-      for (const Dim& d : *xt->shape) known &= !d.is_unknown();
-      if (!known) continue;
-      std::string in = x;
-      n.op_type = "Identity";
-      n.inputs = {in};
-      n.attrs.clear();
-      break;
-    }
-  }
-}
-
-}  // namespace
-
 size_t remove_identity(Graph& g) {
-  times_one_to_identity(g);
   // Only a value a node of `g` produces can take another name; inputs,
   // initializers and (in a nested graph) enclosing-scope values cannot.
   std::unordered_set<std::string> outputs, produced;
