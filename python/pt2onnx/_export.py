@@ -184,6 +184,15 @@ class _CacheLayers(list):
         self.field_name = field_name
 
 
+class _CachePart:
+    """A DynamicCache inside an EncoderDecoderCache: its leaves are named
+    `i.<part>.key` / `i.<part>.value` (part: decoder, encoder), as the C++
+    core names them."""
+
+    def __init__(self, cache, part):
+        self.cache, self.part = cache, part
+
+
 def _pytree_children(value: Any) -> list[tuple[str, Any]] | None:
     """(name, child) pairs of a value of a registered pytree class other than
     tuple / list / dict, named by its keys; None for anything else."""
@@ -191,6 +200,10 @@ def _pytree_children(value: Any) -> list[tuple[str, Any]] | None:
 
     if isinstance(value, _CacheLayers):
         return [(f"{i}.{value.field_name}", v) for i, v in enumerate(value)]
+    if isinstance(value, _CachePart):
+        kids = _pytree.SUPPORTED_NODES[type(value.cache)].flatten_fn(value.cache)[0]
+        return [("", _CacheLayers(kids[0], f"{value.part}.key")),
+                ("", _CacheLayers(kids[1], f"{value.part}.value"))]
     node = _pytree.SUPPORTED_NODES.get(type(value))
     if node is None or isinstance(value, (tuple, list, dict)):
         return None
@@ -204,6 +217,9 @@ def _pytree_children(value: Any) -> list[tuple[str, Any]] | None:
         names = [str(i) for i in range(len(kids))]
     if type(value).__name__ == "DynamicCache" and names == ["key_cache", "value_cache"]:
         return [("", _CacheLayers(kids[0], "key")), ("", _CacheLayers(kids[1], "value"))]
+    if type(value).__name__ == "EncoderDecoderCache" and names == [
+            "self_attention_cache", "cross_attention_cache"]:
+        return [("", _CachePart(kids[0], "decoder")), ("", _CachePart(kids[1], "encoder"))]
     return list(zip(names, kids))
 
 
@@ -480,12 +496,12 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
     )
     sds, sargs, skwargs, float_paths = _scalar_inputs(model, args, kwargs, ds)
     if sds is ds and not float_paths:
-        with capture_rules():
+        with capture_rules(model):
             ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
         return ep, in_dim_names, out_dim_names
 
     def attempt(sds, sargs, skwargs, float_paths):
-        with _float_inputs_as_items(model, float_paths), capture_rules():
+        with _float_inputs_as_items(model, float_paths), capture_rules(model):
             return torch.export.export(model, sargs, kwargs=skwargs, dynamic_shapes=sds,
                                        strict=strict)
 
@@ -500,7 +516,7 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
             sds, sargs, skwargs, float_paths = _scalar_inputs(model, args, kwargs, ds,
                                                               bools=False)
             if sds is ds and not float_paths:
-                with capture_rules():
+                with capture_rules(model):
                     ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds,
                                              strict=strict)
                 return ep, in_dim_names, out_dim_names
@@ -513,7 +529,7 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
                       f"values): torch.export could not keep them inputs ({why}); usually the "
                       "model's Python code depends on their values (a loop bound, an `if`)",
                       stacklevel=3)
-        with capture_rules():
+        with capture_rules(model):
             ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds,
                                      strict=strict)
         return ep, in_dim_names, out_dim_names

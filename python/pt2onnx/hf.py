@@ -11,9 +11,15 @@ about transformers.
   Nothing else is needed: transformers' attention masks already trace under
   torch.export (measured with transformers 5.23), and every op they use is
   converted in C++.
+- `prepare()` also registers `EncoderDecoderCache` (transformers has no
+  export registration for it): the C++ core names its leaves
+  `past_key_values.<i>.decoder.key` (self-attention) and
+  `past_key_values.<i>.encoder.key` (cross-attention), `present.<i>...` as
+  outputs, as optimum does.
 - `export_pretrained(path, task)` exports a local checkpoint directory (as
   `save_pretrained` writes it) for a task, with example inputs and dynamic
-  shapes chosen for the task, and verifies the file in onnxruntime.
+  shapes chosen for the task, and verifies the file in onnxruntime
+  (seq2seq-with-past: an encoder file and a decoder-step file).
 - `main()` is the `pt2onnx-pretrained` command.
 
 Nothing here reaches the network: checkpoints load with local_files_only and
@@ -39,7 +45,7 @@ from ._core import ConversionError
 from ._export import ExportResult, export
 
 TASKS = ("text-generation-with-past", "text-generation", "feature-extraction",
-         "image-classification", "seq2seq")
+         "image-classification", "seq2seq", "seq2seq-with-past")
 
 
 def _torchvision_ops_unloadable() -> bool:
@@ -67,6 +73,44 @@ def prepare() -> None:
 
     if DynamicCache not in torch.utils._pytree.SUPPORTED_NODES:
         register_dynamic_cache_export_support()
+    _register_encoder_decoder_cache()
+
+
+_EDC_KEYS = ["self_attention_cache", "cross_attention_cache"]
+
+
+def _register_encoder_decoder_cache() -> None:
+    """transformers' EncoderDecoderCache as a pytree node (transformers has no
+    export registration for it): its two DynamicCaches, self-attention then
+    cross-attention, keyed by their attribute names; the C++ core names the
+    leaves past_key_values.<i>.decoder.key / .encoder.key (present.<i>... as
+    an output). Unflattened without looking at the sizes (no shape guard):
+    every cross-attention layer it holds counts as computed (is_updated)."""
+    from transformers import EncoderDecoderCache
+    from transformers.cache_utils import DynamicCache
+
+    pytree = torch.utils._pytree
+    if EncoderDecoderCache in pytree.SUPPORTED_NODES:
+        return
+
+    def flatten(c):
+        return [c.self_attention_cache, c.cross_attention_cache], list(_EDC_KEYS)
+
+    def flatten_with_keys(c):
+        return ([(pytree.MappingKey(k), getattr(c, k)) for k in _EDC_KEYS], list(_EDC_KEYS))
+
+    def unflatten(values, context):
+        parts = dict(zip(context, values))
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        cache.self_attention_cache = parts["self_attention_cache"]
+        cache.cross_attention_cache = parts["cross_attention_cache"]
+        cache.is_updated = {i: True for i in range(len(cache.cross_attention_cache.layers))}
+        return cache
+
+    pytree.register_pytree_node(
+        EncoderDecoderCache, flatten, unflatten,
+        serialized_type_name=f"{EncoderDecoderCache.__module__}.{EncoderDecoderCache.__name__}",
+        flatten_with_keys_fn=flatten_with_keys)
 
 
 # ---- example inputs per task ---------------------------------------------------
@@ -173,10 +217,226 @@ class _TaskInputs:
         return ds
 
 
+# ---- encoder-decoders with a cache (seq2seq-with-past) -------------------------
+
+class _Seq2SeqEncoder(torch.nn.Module):
+    """The encoder file: the encoder's last_hidden_state and the decoder's
+    cross-attention cache (present.<i>.encoder.key/value), computed once per
+    input by the model's own decoder layers. torch.export cannot capture
+    "compute the cross cache on the first step, reuse it after" in one
+    decoder graph without a torch.cond around the whole decoder (whose
+    branches torch's serializer refuses: tensor constants of the attention
+    masks inside them), so the cross cache comes from the encoder file and
+    the decoder always reads it."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def _run(self, inputs: dict[str, Any], mask):
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        enc = self.model.get_encoder()(**inputs).last_hidden_state
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        # One decoder step on any token fills the cross cache; the rest of
+        # the step feeds no output and is removed from the file.
+        start = torch.zeros(enc.shape[0], 1, dtype=torch.long, device=enc.device)
+        self.model(decoder_input_ids=start, attention_mask=mask, encoder_outputs=(enc,),
+                   past_key_values=cache, use_cache=True)
+        return {"last_hidden_state": enc,
+                "past_key_values": EncoderDecoderCache(DynamicCache(),
+                                                       cache.cross_attention_cache)}
+
+
+class _TextEncoder(_Seq2SeqEncoder):
+    def forward(self, input_ids, attention_mask):
+        return self._run({"input_ids": input_ids, "attention_mask": attention_mask},
+                         attention_mask)
+
+
+class _SpeechEncoder(_Seq2SeqEncoder):
+    def forward(self, input_features):
+        return self._run({"input_features": input_features}, None)
+
+
+class _Seq2SeqDecoder(torch.nn.Module):
+    """The decoder file, one step: decoder_input_ids, encoder_attention_mask
+    (text models) and the EncoderDecoderCache (past_key_values.<i>.decoder.*:
+    the self-attention cache, empty on the first step; .encoder.*: the
+    encoder file's cross cache) -> logits and present.<i>.decoder.key/value.
+    The cross cache is read, never recomputed, and not returned (it does not
+    change). The model is given a zero encoder_hidden_states of the cross
+    cache's length: its layers only test that there is one."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def _run(self, decoder_input_ids, mask, past_key_values):
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        cross = past_key_values.cross_attention_cache.layers[0].keys
+        d_model = getattr(self.model.config, "d_model", None) or self.model.config.hidden_size
+        enc = cross.new_zeros(cross.shape[0], cross.shape[2], d_model)
+        out = self.model(decoder_input_ids=decoder_input_ids, attention_mask=mask,
+                         encoder_outputs=(enc,), past_key_values=past_key_values, use_cache=True)
+        return {"logits": out.logits,
+                "past_key_values": EncoderDecoderCache(out.past_key_values.self_attention_cache,
+                                                       DynamicCache())}
+
+
+class _TextDecoder(_Seq2SeqDecoder):
+    def forward(self, decoder_input_ids, encoder_attention_mask, past_key_values):
+        return self._run(decoder_input_ids, encoder_attention_mask, past_key_values)
+
+
+class _SpeechDecoder(_Seq2SeqDecoder):
+    def forward(self, decoder_input_ids, past_key_values):
+        return self._run(decoder_input_ids, None, past_key_values)
+
+
+class _Seq2SeqInputs:
+    """Example inputs of the encoder and decoder files at (batch, encoder
+    length, decoder length, past), and their dynamic shapes."""
+
+    def __init__(self, model):
+        self.model = model
+        self.speech = getattr(model, "main_input_name", "input_ids") == "input_features"
+
+    def parts(self):
+        m = self.model
+        if self.speech:
+            return _SpeechEncoder(m).eval(), _SpeechDecoder(m).eval()
+        return _TextEncoder(m).eval(), _TextDecoder(m).eval()
+
+    def make(self, batch: int, seq: int, dec: int, past: int):
+        m = self.model
+        enc_in = (_audio_inputs(m, batch) if self.speech else _text_inputs(m, batch, seq))
+        mask = enc_in.get("attention_mask")
+        # The caches, made by the model itself (a run over past + 1 decoder
+        # tokens), so any layer count, heads and head size fit; on fake
+        # weights (weights="empty") zeros of the shapes a fake run gives.
+        fake_mode = getattr(next(m.parameters()), "fake_mode", None)
+        ids = torch.randint(0, m.config.vocab_size, (batch, past + 1))
+        run_in = dict(enc_in, decoder_input_ids=ids)
+        with torch.no_grad(), fake_mode or contextlib.nullcontext():
+            if fake_mode is not None:
+                run_in = {k: fake_mode.from_tensor(v) for k, v in run_in.items()}
+            cache = m(**run_in, use_cache=True).past_key_values
+
+        def real(t):
+            return torch.zeros(t.shape, dtype=t.dtype) if fake_mode is not None else t
+
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        self_c, cross_c = DynamicCache(), DynamicCache()
+        for i, layer in enumerate(cache.self_attention_cache.layers):
+            self_c.update(real(layer.keys)[:, :, :past], real(layer.values)[:, :, :past], i)
+        for i, layer in enumerate(cache.cross_attention_cache.layers):
+            cross_c.update(real(layer.keys), real(layer.values), i)
+        edc = EncoderDecoderCache(self_c, cross_c)
+        dec_in: dict[str, Any] = {
+            "decoder_input_ids": torch.randint(0, m.config.vocab_size, (batch, dec))}
+        if mask is not None:
+            dec_in["encoder_attention_mask"] = mask
+        dec_in["past_key_values"] = edc
+        return enc_in, dec_in
+
+    def dynamic_shapes(self, enc_in, dec_in):
+        enc_ds = {k: ({0: "batch_size"} if k == "input_features"
+                      else {0: "batch_size", 1: "encoder_sequence_length"}) for k in enc_in}
+        cache = dec_in["past_key_values"]
+        n_self = len(cache.self_attention_cache.layers)
+        n_cross = len(cache.cross_attention_cache.layers)
+        s = {0: "batch_size", 2: "past_decoder_sequence_length"}
+        c = {0: "batch_size", 2: "encoder_sequence_length"}
+        dec_ds = {"decoder_input_ids": {0: "batch_size", 1: "decoder_sequence_length"}}
+        if "encoder_attention_mask" in dec_in:
+            dec_ds["encoder_attention_mask"] = {0: "batch_size", 1: "encoder_sequence_length"}
+        dec_ds["past_key_values"] = [[[s] * n_self, [s] * n_self],
+                                     [[c] * n_cross, [c] * n_cross]]
+        return enc_ds, dec_ds
+
+
+def seq2seq_paths(f: str | os.PathLike) -> tuple[str, str]:
+    """The encoder and decoder files export_pretrained(task="seq2seq-with-past")
+    writes for `f`: <stem>.encoder.onnx and <stem>.decoder.onnx beside it."""
+    f = os.fspath(f)
+    stem = f[:-5] if f.endswith(".onnx") else f
+    return stem + ".encoder.onnx", stem + ".decoder.onnx"
+
+
+def _prefixed_source(source, model):
+    """`source` for a wrapper holding `model` as its `model` attribute: its
+    parameter names gain the prefix `model.`; a file uses part of the
+    checkpoint (the encoder file no decoder self-attention), so unused
+    tensors are allowed."""
+    if source is None:
+        return None
+    import copy
+
+    src = copy.copy(source)
+    src.aliases = {k: list(v) for k, v in source.aliases.items()}
+    src.allow_unused = True
+    groups: dict[int, list[str]] = {}  # tied weights: one tensor under several names
+    for name, t in [*model.named_parameters(remove_duplicate=False),
+                    *model.named_buffers(remove_duplicate=False)]:
+        groups.setdefault(id(t), []).append(name)
+    for group in groups.values():
+        others = [o for n in group for o in (n, *source.aliases.get(n, []))]
+        for name in group:
+            src.aliases[f"model.{name}"] = list(dict.fromkeys(others))
+    return src
+
+
+def _export_seq2seq_with_past(model, source, ckpt, f, verify, atol, rtol, export_kw):
+    enc_path, dec_path = seq2seq_paths(f)
+    inputs = _Seq2SeqInputs(model)
+    torch.manual_seed(0)
+    enc_in, dec_in = inputs.make(2, 8, 3, 4)
+    enc_ds, dec_ds = inputs.dynamic_shapes(enc_in, dec_in)
+    encoder, decoder = inputs.parts()
+    results = []
+    for part, path, kw, ds in ((encoder, enc_path, enc_in, enc_ds),
+                               (decoder, dec_path, dec_in, dec_ds)):
+        results.append(export(part, (), path, kwargs=kw, dynamic_shapes=ds,
+                              weights=_prefixed_source(source, model), **export_kw))
+    result = results[1]
+    result.checks["encoder"] = results[0]
+    if verify:
+        if source is not None:  # PyTorch needs the weights to run: only now loaded
+            model = load_pretrained(ckpt, "seq2seq-with-past")
+            inputs = _Seq2SeqInputs(model)
+            encoder, decoder = inputs.parts()
+        import onnxruntime as ort
+
+        torch.manual_seed(1)
+        sizes = [(1, 5, 1, 0), (3, 11, 1, 6), (2, 6, 3, 2)]
+        sessions = [ort.InferenceSession(p, providers=["CPUExecutionProvider"])
+                    for p in (enc_path, dec_path)]
+        worst = 0.0
+        for size in sizes:
+            for sess, path, part, kw in zip(sessions, (enc_path, dec_path), (encoder, decoder),
+                                            inputs.make(*size)):
+                try:
+                    run = _verify_mod._compare(sess, part, (), kw, atol, rtol)
+                except _verify_mod._TorchRefused as e:
+                    raise _verify_mod.VerificationError(
+                        f"verify: PyTorch fails at {size}: {e}") from e
+                if "failures" in run:
+                    raise _verify_mod.VerificationError(
+                        f"verify: {path} differs from PyTorch at (batch, encoder length, "
+                        f"decoder length, past) {size}: " + "; ".join(run["failures"]))
+                worst = max([worst, *run["max_abs_diff"].values()])
+        result.checks["max_abs_error"] = worst
+        result.checks["verified_sizes"] = sizes
+    return result
+
+
 def _model_class(task: str, config):
     import transformers as tr
 
-    if task == "seq2seq":
+    if task in ("seq2seq", "seq2seq-with-past"):
         # Text (T5, BART) or speech (Whisper) encoder-decoders.
         speech = tr.AutoModelForSpeechSeq2Seq
         return speech if type(config) in speech._model_mapping else tr.AutoModelForSeq2SeqLM
@@ -200,7 +460,7 @@ def _config(path: str | os.PathLike, task: str):
     config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     if hasattr(config, "use_cache"):
         # Set before the model is built: encoder-decoders copy it into their stacks.
-        config.use_cache = task == "text-generation-with-past"
+        config.use_cache = task in ("text-generation-with-past", "seq2seq-with-past")
     return config
 
 
@@ -326,7 +586,17 @@ def export_pretrained(
     present.<i>.key/value; one file serves prefill, with an empty cache, and
     decode), text-generation (no cache), feature-extraction (the base model),
     image-classification, seq2seq (encoder-decoder forward with
-    decoder_input_ids, no cache). `target` is export()'s: "onnxruntime"
+    decoder_input_ids, no cache), seq2seq-with-past (encoder-decoder
+    generation with a cache, two files, see seq2seq_paths: for f =
+    <stem>.onnx, <stem>.encoder.onnx: input_ids, attention_mask (or Whisper's
+    input_features) -> last_hidden_state, present.<i>.encoder.key/value (the
+    decoder's cross-attention cache, computed once); <stem>.decoder.onnx, one
+    decoder step: decoder_input_ids, encoder_attention_mask (text models),
+    past_key_values.<i>.decoder.key/value (the self-attention cache, past
+    length 0 on the first step), past_key_values.<i>.encoder.key/value (the
+    encoder file's) -> logits, present.<i>.decoder.key/value; optimum's
+    names; the result is the decoder's, with the encoder's in
+    checks["encoder"]). `target` is export()'s: "onnxruntime"
     writes onnxruntime's fused operators (the decoder's inputs and outputs
     stay the same, so one generation loop serves both targets). `dtype` is
     export()'s too: torch.float16 writes weights, logits and the KV cache in
@@ -366,12 +636,16 @@ def export_pretrained(
     f = os.fspath(f) if f is not None else os.path.join(os.fspath(path), "model.onnx")
     inputs = _TaskInputs(model, task)
     torch.manual_seed(0)
-    example = inputs.make(2, 8, 4 if task == "text-generation-with-past" else 0)
+    export_kw = dict(opset=opset, target=target, dtype=name, verbose=verbose,
+                     external_data=external_data, quantize=quantize)
     try:
+        if task == "seq2seq-with-past":
+            return _export_seq2seq_with_past(model, source, path, f, verify, atol, rtol,
+                                             export_kw)
+        example = inputs.make(2, 8, 4 if task == "text-generation-with-past" else 0)
         result = export(model, (), f, kwargs=example,
-                        dynamic_shapes=inputs.dynamic_shapes(example), opset=opset,
-                        target=target, dtype=name, weights=source, verbose=verbose,
-                        external_data=external_data, quantize=quantize)
+                        dynamic_shapes=inputs.dynamic_shapes(example), weights=source,
+                        **export_kw)
     except ConversionError as e:
         if source is None or "the weights do not fit the model" not in str(e):
             raise
@@ -398,7 +672,9 @@ def main(argv: list[str] | None = None) -> int:
                     "in onnxruntime (never reaches the network).")
     p.add_argument("path", help="checkpoint directory (config.json + weights)")
     p.add_argument("--task", required=True, choices=TASKS)
-    p.add_argument("-o", "--output", help="ONNX file to write (default: PATH/model.onnx)")
+    p.add_argument("-o", "--output", help="ONNX file to write (default: PATH/model.onnx; "
+                                          "seq2seq-with-past writes model.encoder.onnx and "
+                                          "model.decoder.onnx beside it)")
     p.add_argument("--opset", type=int, default=None)
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime check")
     p.add_argument("--target", choices=("standard", "onnxruntime"), default="standard",
@@ -432,9 +708,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # one clear line, no traceback, for the command
         print(f"pt2onnx-pretrained: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    if "encoder" in r.checks:
+        print(r.checks["encoder"])
     print(r)
-    if r.checks:
-        print(f"  verified in onnxruntime at (batch, seq, past) {r.checks['verified_sizes']}: "
+    if "verified_sizes" in r.checks:
+        what = ("(batch, encoder length, decoder length, past)" if "encoder" in r.checks
+                else "(batch, seq, past)")
+        print(f"  verified in onnxruntime at {what} {r.checks['verified_sizes']}: "
               f"max abs error {r.checks['max_abs_error']:.2e}")
     return 0
 

@@ -98,22 +98,45 @@ bool is_dynamic_cache(const TreeSpec& t) {
          t.keys == std::vector<std::string>{"key_cache", "value_cache"} && t.children.size() == 2;
 }
 
+// transformers' EncoderDecoderCache as pt2onnx.hf registers it: {self_attention_cache:
+// DynamicCache, cross_attention_cache: DynamicCache}.
+bool is_encoder_decoder_cache(const TreeSpec& t) {
+  const std::string_view suffix = ".EncoderDecoderCache";
+  return t.type.size() > suffix.size() &&
+         t.type.compare(t.type.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+         t.keys == std::vector<std::string>{"self_attention_cache", "cross_attention_cache"} &&
+         t.children.size() == 2 && is_dynamic_cache(t.children[0]) &&
+         is_dynamic_cache(t.children[1]);
+}
+
 void collect(const TreeSpec& t, std::vector<std::string>& path,
              std::vector<std::vector<std::string>>& out) {
   if (t.is_leaf()) {
     out.push_back(path);
     return;
   }
-  if (is_dynamic_cache(t)) {
-    // Named as Hugging Face's ONNX tooling names a cache: <layer>.key and
-    // <layer>.value (past_key_values.0.key), in the registration's order.
+  // A cache is named as Hugging Face's ONNX tooling (optimum) names it:
+  // <layer>.key and <layer>.value (past_key_values.0.key), in the
+  // registration's order; an encoder-decoder's self-attention cache
+  // <layer>.decoder.key, its cross-attention cache <layer>.encoder.key.
+  auto cache = [&](const TreeSpec& dc, const char* part) {
     for (size_t c = 0; c < 2; ++c)
-      for (size_t i = 0; i < t.children[c].children.size(); ++i) {
+      for (size_t i = 0; i < dc.children[c].children.size(); ++i) {
+        const size_t depth = path.size();
         path.push_back(std::to_string(i));
+        if (part) path.push_back(part);
         path.push_back(c == 0 ? "key" : "value");
-        collect(t.children[c].children[i], path, out);
-        path.resize(path.size() - 2);
+        collect(dc.children[c].children[i], path, out);
+        path.resize(depth);
       }
+  };
+  if (is_dynamic_cache(t)) {
+    cache(t, nullptr);
+    return;
+  }
+  if (is_encoder_decoder_cache(t)) {
+    cache(t.children[0], "decoder");
+    cache(t.children[1], "encoder");
     return;
   }
   for (size_t i = 0; i < t.children.size(); ++i) {
@@ -178,10 +201,13 @@ std::vector<std::string> input_leaf_names(const TreeSpec& in_spec,
 }
 
 namespace {
-// A returned ModelOutput / dict whose `past_key_values` is a DynamicCache.
+// A returned ModelOutput / dict whose `past_key_values` is a DynamicCache or an
+// EncoderDecoderCache.
 bool dynamic_cache_output(const TreeSpec& out_spec) {
   for (size_t i = 0; i < out_spec.keys.size() && i < out_spec.children.size(); ++i)
-    if (out_spec.keys[i] == "past_key_values") return is_dynamic_cache(out_spec.children[i]);
+    if (out_spec.keys[i] == "past_key_values")
+      return is_dynamic_cache(out_spec.children[i]) ||
+             is_encoder_decoder_cache(out_spec.children[i]);
   return false;
 }
 }  // namespace

@@ -28,7 +28,8 @@ std::vector<std::vector<std::string>> leaf_paths(const TreeSpec& spec);
 // past.0.0, past.0.1, ...; a dict {"key": t} given as `cache` gives cache.key;
 // a transformers DynamicCache (as transformers' export registration flattens
 // it) gives past_key_values.0.key, past_key_values.0.value, ... as Hugging
-// Face's ONNX tooling names them.
+// Face's ONNX tooling names them, an EncoderDecoderCache (as pt2onnx.hf
+// registers it) past_key_values.0.decoder.key, ..., past_key_values.0.encoder.key.
 std::vector<std::string> input_leaf_names(const TreeSpec& in_spec,
                                           const std::vector<std::string>& arg_names);
 
@@ -37,7 +38,8 @@ std::vector<std::string> input_leaf_names(const TreeSpec& in_spec,
 // keep their FX names; elements nested deeper in a tuple are output_<i>.<path>;
 // a returned dict (or ModelOutput, dataclass) names its leaves by key, nested
 // paths joined with '.': logits, past_key_values.0.0. A DynamicCache returned
-// as `past_key_values` (the updated cache) is named present.0.key, ....
+// as `past_key_values` (the updated cache) is named present.0.key, ...; an
+// EncoderDecoderCache present.0.decoder.key, ..., present.0.encoder.key, ....
 std::vector<std::string> output_leaf_names(const TreeSpec& out_spec,
                                            const std::vector<std::string>& fx_names);
 

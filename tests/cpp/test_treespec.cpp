@@ -107,6 +107,47 @@ TEST(TreeSpec, DynamicCacheNamesAsHuggingFace) {
                    "past_key_values.value_cache.0", "past_key_values.value_cache.1"}));
 }
 
+TEST(TreeSpec, EncoderDecoderCacheNamesAsOptimum) {
+  // pt2onnx.hf's registration: {self_attention_cache: DynamicCache, cross_attention_cache:
+  // DynamicCache}; the self-attention cache is <layer>.decoder.*, the cross one <layer>.encoder.*.
+  std::string l = leaf();
+  auto dyn = [&](size_t n) {
+    std::vector<std::string> kids(n, l);
+    std::string list = node("builtins.list", R"("null")", kids);
+    return node("transformers.cache_utils.DynamicCache",
+                R"("[[\"key_cache\", \"value_cache\"], []]")", {list, list});
+  };
+  auto edc = [&](size_t n_self, size_t n_cross) {
+    return node("transformers.cache_utils.EncoderDecoderCache",
+                R"("[\"self_attention_cache\", \"cross_attention_cache\"]")",
+                {dyn(n_self), dyn(n_cross)});
+  };
+  std::string kwargs =
+      node("builtins.dict", R"("[\"decoder_input_ids\", \"past_key_values\"]")", {l, edc(2, 2)});
+  TreeSpec in = parse_treespec(spec(tuple({tuple({}), kwargs})), "in_spec");
+  EXPECT_EQ(
+      input_leaf_names(in, {}),
+      (Names{"decoder_input_ids", "past_key_values.0.decoder.key", "past_key_values.1.decoder.key",
+             "past_key_values.0.decoder.value", "past_key_values.1.decoder.value",
+             "past_key_values.0.encoder.key", "past_key_values.1.encoder.key",
+             "past_key_values.0.encoder.value", "past_key_values.1.encoder.value"}));
+  // Returned with an empty cross-attention cache (a decoder step): present.<i>.decoder.*.
+  TreeSpec out = parse_treespec(
+      spec(node("builtins.dict", R"("[\"logits\", \"past_key_values\"]")", {l, edc(1, 0)})),
+      "out_spec");
+  EXPECT_EQ(output_leaf_names(out, {"a", "b", "c"}),
+            (Names{"logits", "present.0.decoder.key", "present.0.decoder.value"}));
+  // Another class with the same keys is not a cache: named by its keys.
+  TreeSpec o = parse_treespec(
+      spec(node("builtins.dict", R"("[\"past_key_values\"]")",
+                {node("m.NotACache", R"("[\"self_attention_cache\", \"cross_attention_cache\"]")",
+                      {dyn(1), dyn(0)})})),
+      "out_spec");
+  EXPECT_EQ(output_leaf_names(o, {"a", "b"}),
+            (Names{"past_key_values.self_attention_cache.0.key",
+                   "past_key_values.self_attention_cache.0.value"}));
+}
+
 TEST(TreeSpec, NamesAreUnique) {
   Names n{"a", "a", "a_1", "b", "a"};
   make_unique(n);
