@@ -21,6 +21,13 @@ capture ("Could not guard on data-dependent expression"). `is_causal` is only
 a hint (the mask is applied either way), so while capturing an undecided
 mask counts as not causal: the graph applies the mask as given.
 
+3. transformers' mixture-of-experts layers set to the "eager" experts
+implementation (a Python loop over the experts that were hit, a
+data-dependent loop torch.export cannot capture): while capturing they run
+transformers' "grouped_mm" implementation, the same arithmetic over the
+token rows sorted by expert, which converts to one product per expert over
+its rows only (src/convert/moe.cpp). Pass the model: `capture_rules(model)`.
+
 torch.export removes fake rules of the ops it preserves when it returns, so
 the rules are installed around each capture: `pt2onnx.export` does it;
 wrap your own `torch.export.export` call in `capture_rules()` to save a
@@ -85,11 +92,26 @@ def _detect_is_causal_mask(original):
     return detect
 
 
+def _eager_experts_configs(model):
+    """The configs of `model`'s transformers experts layers (classes wrapped by
+    transformers' use_experts_implementation: they hold `_is_expert_parallel`
+    and read config._experts_implementation at each call) set to "eager"."""
+    if not isinstance(model, torch.nn.Module):
+        return []
+    found = {}
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if (hasattr(m, "_is_expert_parallel") and cfg is not None
+                and getattr(cfg, "_experts_implementation", None) == "eager"):
+            found[id(cfg)] = cfg
+    return list(found.values())
+
+
 @contextlib.contextmanager
-def capture_rules():
+def capture_rules(model=None):
     """Installs pt2onnx's capture rules for torch.export (recurrent layers with
-    a dynamic sequence length, transformer masks) for the duration of the
-    block."""
+    a dynamic sequence length, transformer masks, and, given the model,
+    transformers' eager experts loops) for the duration of the block."""
     from torch._subclasses import fake_impls
     from torch.nn.modules import transformer
 
@@ -107,9 +129,14 @@ def capture_rules():
         op._dispatch_cache.clear()
     detect = transformer._detect_is_causal_mask
     transformer._detect_is_causal_mask = _detect_is_causal_mask(detect)
+    experts = _eager_experts_configs(model)
+    for cfg in experts:
+        cfg._experts_implementation = "grouped_mm"
     try:
         yield
     finally:
+        for cfg in experts:
+            cfg._experts_implementation = "eager"
         transformer._detect_is_causal_mask = detect
         for (op, key), original in saved.items():
             op.py_kernels[key] = original

@@ -71,6 +71,7 @@ const Registry& registry() {
     register_segment(x);
     register_matmul(x);
     register_misc(x);
+    register_moe(x);
     register_mutation(x);
     register_norm(x);
     register_pad(x);

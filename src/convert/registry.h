@@ -63,6 +63,7 @@ void register_scatter_gather(Registry& r);
 void register_segment(Registry& r);
 void register_matmul(Registry& r);
 void register_misc(Registry& r);
+void register_moe(Registry& r);
 void register_mutation(Registry& r);
 void register_norm(Registry& r);
 void register_pad(Registry& r);
