@@ -34,6 +34,12 @@ void mul(Ctx& c) { binop(c, "Mul"); }
 // Sizes are non-negative, where integer Div (truncating) equals floor division.
 void floordiv(Ctx& c) { binop(c, "Div"); }
 void mod(Ctx& c) { binop(c, "Mod"); }
+// Python's `/` on SymInts / SymFloats (h / patch_size): a SymFloat, a 1-D
+// one-element double tensor here, as item() makes them.
+void truediv(Ctx& c) {
+  std::string q = c.b.op("Div", {c.operand("a", DType::Double), c.operand("b", DType::Double)});
+  c.set_output(0, c.reshape(q, c.b.const_i64({1})));
+}
 void sym_max(Ctx& c) { binop(c, "Max"); }
 void sym_min(Ctx& c) { binop(c, "Min"); }
 void neg(Ctx& c) {
@@ -70,6 +76,7 @@ void register_symint(Registry& r) {
   r.add("_operator.sub", sub);
   r.add("_operator.mul", mul);
   r.add("_operator.floordiv", floordiv);
+  r.add("_operator.truediv", truediv);
   r.add("_operator.mod", mod);
   r.add("_operator.neg", neg);
   r.add("torch.sym_max", sym_max);

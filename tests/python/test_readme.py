@@ -1,5 +1,5 @@
 """The README's examples run as printed (issue 11 item 8): every ```python
-block, and every ```sh block made only of `pt2onnx` / `pt2onnx-pretrained`
+block, and every ```sh block made only of `pt2onnx` / `pt2onnx-pretrained` / `pt2onnx-diffusers`
 command lines (run with the installed commands). The blocks of one section run
 in order, in one namespace and one fresh directory; a plain ``` block right
 after a command block is that command's expected output and must match it
@@ -14,7 +14,7 @@ import pytest
 import conftest
 
 README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
-COMMANDS = ("pt2onnx", "pt2onnx-pretrained")
+COMMANDS = ("pt2onnx", "pt2onnx-pretrained", "pt2onnx-diffusers")
 
 
 def _sections():

@@ -1,0 +1,344 @@
+"""diffusers pipelines, end to end: the one module of pt2onnx that knows about
+diffusers.
+
+`export_pipeline(path, out_dir)` exports the networks of a local
+Stable-Diffusion-style pipeline directory (as `pipeline.save_pretrained`
+writes it: model_index.json and one folder per component) to one ONNX file
+each, with the input / output names and dynamic axes that ONNX diffusion
+runtimes (optimum's ORT pipelines, diffusers' OnnxStableDiffusionPipeline)
+expect:
+
+- `text_encoder/model.onnx`: input_ids (int32, [batch_size, sequence_length])
+  -> last_hidden_state, pooler_output (a CLIPTextModel);
+- `unet/model.onnx`: sample ([batch_size, channels, height, width]),
+  timestep (float32, [steps]: one value for the whole batch, or one per row),
+  encoder_hidden_states ([batch_size, sequence_length, dim]) -> out_sample
+  (a UNet2DConditionModel without added conditioning, i.e. SD 1.x / 2.x).
+  height and width must be multiples of 2 ** (len(block_out_channels) - 1)
+  (8 for SD's UNet), as the file is captured on such sizes: diffusers'
+  resampling branch for other sizes is not in it, and onnxruntime then stops
+  with a shape error in a Concat;
+- `vae_decoder/model.onnx`: latent_sample -> sample (AutoencoderKL.decode;
+  the pipeline divides the latents by the VAE's scaling_factor first, as
+  diffusers' pipelines do).
+
+Every file is checked in onnxruntime against PyTorch at sizes other than the
+export's (verify=True). The scheduler, tokenizer and the denoising loop stay
+with the runtime; their configs are copied beside the files (scheduler/,
+tokenizer/, model_index.json) so that a runtime finds them.
+
+`main()` is the `pt2onnx-diffusers` command. Nothing here reaches the
+network: components load with local_files_only and the hub's offline mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from . import _verify as _verify_mod
+from ._export import ExportResult, export
+
+ATOL, RTOL = 1e-4, 1e-4
+# Folders copied as they are: what a runtime needs besides the networks.
+_COPIED = ("scheduler", "tokenizer", "feature_extractor")
+
+
+class _TextEncoder(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        out = self.model(input_ids=input_ids, return_dict=True)
+        return out.last_hidden_state, out.pooler_output
+
+
+class _UNet(torch.nn.Module):
+    """timestep [steps] with steps 1 (one value for the batch) or batch_size
+    (one per row): row i takes timestep[i % steps], so both forms run on one
+    file without a shape guard tying steps to the batch."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, sample, timestep, encoder_hidden_states):
+        rows = torch.arange(sample.shape[0], device=sample.device)
+        t = timestep.to(sample.dtype)[rows % timestep.shape[0]]
+        return self.model(sample, t, encoder_hidden_states, return_dict=False)[0]
+
+
+class _VaeDecoder(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, latent_sample):
+        return self.model.decode(latent_sample, return_dict=False)[0]
+
+
+@dataclass
+class _Component:
+    """How one network is exported: its wrapper, names, dynamic axes and
+    example inputs at (batch, a, b) sizes (a, b: sequence or height/width)."""
+
+    folder: str
+    source: str  # the pipeline component it wraps
+    wrap: Callable[[Any], torch.nn.Module]
+    input_names: list[str]
+    output_names: list[str]
+    axes: dict[str, dict[int, str]]
+    make: Callable[[Any, int, int, int], dict[str, torch.Tensor]]
+    export_size: tuple[int, int, int]
+    verify_sizes: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+def _text_inputs(model, batch, seq, _):
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), dtype=torch.int32)
+    eos = model.config.eos_token_id
+    if eos is not None and 0 <= eos < model.config.vocab_size:
+        ids[:, -1] = eos  # the pooled token is live data
+    return {"input_ids": ids}
+
+
+def _unet_inputs(model, batch, h, w):
+    cfg = model.config
+    cross = cfg.cross_attention_dim
+    cross = cross[0] if isinstance(cross, (list, tuple)) else cross
+    steps = 1 if batch % 2 else batch  # both timestep forms are exercised
+    return {"sample": torch.randn(batch, cfg.in_channels, h, w),
+            "timestep": torch.rand(steps) * 999.0,
+            "encoder_hidden_states": torch.randn(batch, 7 + batch, cross)}
+
+
+def _vae_inputs(model, batch, h, w):
+    return {"latent_sample": torch.randn(batch, model.config.latent_channels, h, w)}
+
+
+def _latent_multiple(unet) -> int:
+    """The UNet's height / width must be multiples of this (one halving per
+    downsampling block)."""
+    return 2 ** (len(unet.config.block_out_channels) - 1)
+
+
+def _components(models: dict[str, torch.nn.Module]) -> list[_Component]:
+    out = []
+    if "text_encoder" in models:
+        max_pos = models["text_encoder"].config.max_position_embeddings
+        seq = min(8, max_pos)
+        out.append(_Component(
+            "text_encoder", "text_encoder", _TextEncoder, ["input_ids"],
+            ["last_hidden_state", "pooler_output"],
+            {"input_ids": {0: "batch_size", 1: "sequence_length"}}, _text_inputs, (2, seq, 0),
+            [(1, max(seq - 3, 1), 0), (3, max_pos, 0)]))
+    if "unet" in models:
+        m = _latent_multiple(models["unet"])
+        out.append(_Component(
+            "unet", "unet", _UNet, ["sample", "timestep", "encoder_hidden_states"], ["out_sample"],
+            {"sample": {0: "batch_size", 2: "height", 3: "width"}, "timestep": {0: "steps"},
+             "encoder_hidden_states": {0: "batch_size", 1: "sequence_length"}},
+            _unet_inputs, (2, 4 * m, 2 * m), [(1, 2 * m, 3 * m), (3, 3 * m, 2 * m),
+                                               (4, m, m)]))
+    if "vae" in models:
+        out.append(_Component(
+            "vae_decoder", "vae", _VaeDecoder, ["latent_sample"], ["sample"],
+            {"latent_sample": {0: "batch_size", 2: "height", 3: "width"}},
+            _vae_inputs, (2, 8, 6), [(1, 5, 7), (3, 6, 4)]))
+    return out
+
+
+# ---- loading ----------------------------------------------------------------------
+
+def _read_index(path: str) -> dict[str, Any]:
+    index = os.path.join(path, "model_index.json")
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: no such directory")
+    if not os.path.isfile(index):
+        raise FileNotFoundError(f"{path}: not a diffusers pipeline directory (no "
+                                "model_index.json; save one with pipeline.save_pretrained(path))")
+    with open(index, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _load(path: str, name: str, spec: Any) -> torch.nn.Module:
+    """Component `name` of the pipeline at `path`, in eval mode, in fp32,
+    from the class model_index.json names for it (diffusers or transformers)."""
+    if not (isinstance(spec, list) and len(spec) == 2 and all(isinstance(s, str) for s in spec)):
+        raise ValueError(f"{path}: model_index.json's {name!r} is {spec!r}, not "
+                         "[library, class]")
+    library, cls_name = spec
+    if library not in ("diffusers", "transformers"):
+        raise ValueError(f"{path}: {name} is {library}.{cls_name}; only diffusers and "
+                         "transformers classes load")
+    cls = getattr(importlib.import_module(library), cls_name, None)
+    if cls is None:
+        raise ValueError(f"{path}: {name} is {library}.{cls_name}, which this {library} "
+                         "does not have")
+    folder = os.path.join(path, name)
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        raise FileNotFoundError(f"{folder}: no config.json for the pipeline's {name}")
+    kw = {"dtype" if library == "transformers" else "torch_dtype": torch.float32}
+    return cls.from_pretrained(folder, local_files_only=True, **kw).eval()
+
+
+def load_pipeline_models(path: str | os.PathLike) -> dict[str, torch.nn.Module]:
+    """The networks this module exports from the pipeline directory `path`:
+    text_encoder, unet, vae (those present), in eval mode and fp32. Raises a
+    ValueError naming what is not supported (another denoiser than a UNet, a
+    UNet with added conditioning, a text encoder other than CLIP's)."""
+    path = os.fspath(path)
+    index = _read_index(path)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:  # before diffusers imports transformers' models (torchvision's operators)
+        from . import hf
+
+        hf.prepare()
+    except ImportError:
+        pass
+    for other in ("transformer", "prior", "decoder"):
+        if isinstance(index.get(other), list) and index[other][0] is not None:
+            raise ValueError(f"{path}: the pipeline's denoiser is {other} "
+                             f"({'.'.join(index[other])}); export_pipeline supports UNet "
+                             "pipelines (Stable Diffusion 1.x / 2.x style) only")
+    models = {}
+    for name in ("text_encoder", "unet", "vae"):
+        spec = index.get(name)
+        if spec is None or (isinstance(spec, list) and spec and spec[0] is None):
+            continue
+        models[name] = _load(path, name, spec)
+    if "unet" not in models:
+        raise ValueError(f"{path}: the pipeline has no unet (model_index.json lists "
+                         f"{', '.join(k for k in index if not k.startswith('_'))})")
+    unet = models["unet"]
+    if type(unet).__name__ != "UNet2DConditionModel":
+        raise ValueError(f"{path}: unet is {type(unet).__name__}; export_pipeline supports "
+                         "UNet2DConditionModel")
+    cfg = unet.config
+    extra = [k for k in ("addition_embed_type", "class_embed_type", "encoder_hid_dim_type")
+             if getattr(cfg, k, None)]
+    if extra:
+        raise ValueError(f"{path}: the unet takes added conditioning ({', '.join(extra)}: "
+                         "SDXL-style or class-conditioned); export_pipeline supports text "
+                         "conditioning only (encoder_hidden_states)")
+    te = models.get("text_encoder")
+    if te is not None and not (hasattr(te.config, "max_position_embeddings")
+                               and type(te).__name__ == "CLIPTextModel"):
+        raise ValueError(f"{path}: text_encoder is {type(te).__name__}; export_pipeline "
+                         "supports CLIPTextModel")
+    return models
+
+
+# ---- export -----------------------------------------------------------------------
+
+def _verify(path: str, module, comp: _Component, model, atol: float, rtol: float) -> float:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for size in comp.verify_sizes:
+        try:
+            run = _verify_mod._compare(sess, module, (), comp.make(model, *size), atol, rtol)
+        except _verify_mod._TorchRefused as e:
+            raise _verify_mod.VerificationError(
+                f"verify: PyTorch fails on {comp.folder} at {size}: {e}") from e
+        if "failures" in run:
+            raise _verify_mod.VerificationError(
+                f"verify: {path} differs from PyTorch at inputs {run['inputs']}: "
+                + "; ".join(run["failures"]))
+        worst = max([worst, *run["max_abs_diff"].values()])
+    return worst
+
+
+def export_pipeline(
+    path: str | os.PathLike,
+    out_dir: str | os.PathLike | None = None,
+    *,
+    opset: int | None = None,
+    verify: bool = True,
+    atol: float = ATOL,
+    rtol: float = RTOL,
+    verbose: bool | None = None,
+) -> dict[str, ExportResult]:
+    """Exports the local diffusers pipeline directory `path` (see the module
+    docstring) to `out_dir` (default: `<path>/onnx`): text_encoder/model.onnx,
+    unet/model.onnx, vae_decoder/model.onnx (weights in model.onnx.data
+    beside each), plus the scheduler / tokenizer folders and model_index.json
+    copied. With verify=True (default) every file is compared in onnxruntime
+    with PyTorch on fresh inputs of other sizes than the export's (batch,
+    sequence length, height, width; both timestep forms), within atol / rtol;
+    a VerificationError names the output and inputs that differ. Returns
+    {folder: ExportResult}; each result's checks has max_abs_error and
+    verified_inputs."""
+    path = os.fspath(path)
+    models = load_pipeline_models(path)
+    out_dir = os.fspath(out_dir) if out_dir is not None else os.path.join(path, "onnx")
+    os.makedirs(out_dir, exist_ok=True)
+    results: dict[str, ExportResult] = {}
+    for comp in _components(models):
+        model = models[comp.source]
+        module = comp.wrap(model).eval()
+        os.makedirs(os.path.join(out_dir, comp.folder), exist_ok=True)
+        f = os.path.join(out_dir, comp.folder, "model.onnx")
+        torch.manual_seed(0)
+        example = comp.make(model, *comp.export_size)
+        args = tuple(example[n] for n in comp.input_names)
+        result = export(module, args, f, dynamic_axes=comp.axes, input_names=comp.input_names,
+                        output_names=comp.output_names, opset=opset, verbose=verbose)
+        if verify:
+            torch.manual_seed(1)
+            result.checks["max_abs_error"] = _verify(f, module, comp, model, atol, rtol)
+            result.checks["verified_inputs"] = comp.verify_sizes
+        results[comp.folder] = result
+        # The component's config beside its file (a runtime reads e.g. the
+        # VAE's scaling_factor, the UNet's sample size from it).
+        shutil.copyfile(os.path.join(path, comp.source, "config.json"),
+                        os.path.join(out_dir, comp.folder, "config.json"))
+    for name in _COPIED:
+        src = os.path.join(path, name)
+        if os.path.isdir(src):
+            shutil.copytree(src, os.path.join(out_dir, name), dirs_exist_ok=True)
+    index = _read_index(path)
+    index["vae_decoder"] = index.pop("vae", [None, None])
+    with open(os.path.join(out_dir, "model_index.json"), "w", encoding="utf-8") as f:
+        json.dump(index, f, indent=2)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="pt2onnx-diffusers",
+        description="Export a local diffusers pipeline directory (Stable Diffusion style: "
+                    "text_encoder, unet, vae decoder) to ONNX files and verify them in "
+                    "onnxruntime (never reaches the network).")
+    p.add_argument("path", help="pipeline directory (model_index.json, as save_pretrained "
+                                "writes it)")
+    p.add_argument("-o", "--output", help="output directory (default: PATH/onnx)")
+    p.add_argument("--opset", type=int, default=None)
+    p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime check")
+    a = p.parse_args(argv)
+    try:
+        results = export_pipeline(a.path, a.output, opset=a.opset, verify=not a.no_verify,
+                                  verbose=False)
+    except Exception as e:  # one clear line, no traceback, for the command
+        msg = " ".join(str(e).split())
+        print(f"pt2onnx-diffusers: error: {type(e).__name__}: {msg}", file=sys.stderr)
+        return 1
+    for name, r in results.items():
+        print(r)
+        if r.checks:
+            print(f"  {name}: verified in onnxruntime at {len(r.checks['verified_inputs'])} "
+                  f"other input sizes: max abs error {r.checks['max_abs_error']:.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
