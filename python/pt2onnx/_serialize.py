@@ -66,6 +66,8 @@ def _serialized(ep, fast, keep_tree):
         with contextlib.ExitStack() as stack:
             stack.enter_context(_patched(serde, "canonicalize",
                                          lambda program, constants=None: program))
+            stack.enter_context(_patched(serde.GraphModuleSerializer, "serialize_argument_spec",
+                                         _sym_bool_spec(serde)))
             if fast:
                 stack.enter_context(_fast_serializer(serde, ep.graph_module))
             if keep_tree is not None:
@@ -76,6 +78,21 @@ def _serialized(ep, fast, keep_tree):
     finally:
         for entry, spec in saved_specs:
             entry.signature.out_spec = spec
+
+
+def _sym_bool_spec(serde):
+    """torch's serialize_argument_spec, which raises "TODO" for a SymBool
+    output ((x > 0).any().item() returned from forward), written as
+    as_sym_bool as the schema has it."""
+    torch_spec = serde.GraphModuleSerializer.serialize_argument_spec
+
+    def spec(self, x):
+        if isinstance(x, torch.export.graph_signature.SymBoolArgument):
+            return serde.Argument.create(
+                as_sym_bool=serde.SymBoolArgument.create(as_name=x.name))
+        return torch_spec(self, x)
+
+    return spec
 
 
 def graph_program_tree(gm: torch.fx.GraphModule, signature, module_call_graph,

@@ -505,10 +505,29 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
       }
       value = b.op("Reshape", {one, b.const_i64({})});
       t = ValueType{DType::Int64, Shape{}};
+    } else if (user && (a.kind == ArgKind::Float || a.kind == ArgKind::SymFloat ||
+                        a.kind == ArgKind::Bool || a.kind == ArgKind::SymBool)) {
+      // A Python float / bool forward returns (x.sum().item(), a SymFloat /
+      // SymBool): a 0-d output, float64 (a Python float is a double, as the
+      // graph computes SymFloats) or bool.
+      bool is_bool = a.kind == ArgKind::Bool || a.kind == ArgKind::SymBool;
+      DType dt = is_bool ? DType::Bool : DType::Double;
+      std::string one;
+      if (a.name.empty()) {
+        one = b.scalar(dt, is_bool ? (a.b ? 1.0 : 0.0) : a.f);
+      } else {
+        auto it = env.values.find(a.name);
+        if (it == env.values.end()) throw Error("output '" + a.name + "' was never produced");
+        one = it->second;
+        if (b.type(one).dtype != dt)
+          one = b.op("Cast", {one}, {Attr::Int("to", static_cast<int64_t>(dt))});
+      }
+      value = b.op("Reshape", {one, b.const_i64({})});
+      t = ValueType{dt, Shape{}};
     } else {
       if (a.kind != ArgKind::Tensor)
         throw Error("output " + std::to_string(out_index) + " is " + a.variant +
-                    "; ONNX outputs must be tensors or ints (return tensors from forward)");
+                    "; ONNX outputs must be tensors or numbers (return tensors from forward)");
       auto it = env.values.find(a.name);
       if (it == env.values.end()) throw Error("output '" + a.name + "' was never produced");
       value = it->second;

@@ -10,24 +10,36 @@
 
 namespace pt2onnx {
 
+// Bitwise and / or / xor before opset 18, bit by bit (math.cpp).
+std::string bitwise_by_bits(Ctx& c, char op);
+
 namespace {
+
+// Add / Sub / Mul / Div take 8- and 16-bit integers only from opset 14:
+// before, they compute in int32 and wrap back (the bits torch's wrapping
+// arithmetic gives).
+DType arith_type(Ctx& c, DType t) {
+  bool narrow = t == DType::Int8 || t == DType::UInt8 || t == DType::Int16 || t == DType::UInt16;
+  return narrow && c.opset() < 14 ? DType::Int32 : t;
+}
 
 // Type the op computes in: the output dtype for arithmetic.
 std::string binary(Ctx& c, const std::string& op, const char* a = "self", const char* b = "other") {
   DType t = c.out_dtype();
-  std::string x = c.operand(a, t);
-  std::string y = c.operand(b, t);
-  return c.b.op(op, {x, y});
+  DType ct = op == "Add" || op == "Sub" || op == "Mul" || op == "Div" ? arith_type(c, t) : t;
+  std::string x = c.operand(a, ct);
+  std::string y = c.operand(b, ct);
+  return c.cast(c.b.op(op, {x, y}), t);
 }
 
 // add / sub with alpha: self + alpha * other.
 void add_sub(Ctx& c, const std::string& op) {
-  DType t = c.out_dtype();
-  std::string x = c.operand("self", t);
-  std::string y = c.operand("other", t);
+  DType t = c.out_dtype(), ct = arith_type(c, t);
+  std::string x = c.operand("self", ct);
+  std::string y = c.operand("other", ct);
   double alpha = c.f("alpha", 1.0);
-  if (alpha != 1.0) y = c.b.op("Mul", {y, c.b.scalar(t, alpha)});
-  c.set_output(0, c.b.op(op, {x, y}));
+  if (alpha != 1.0) y = c.b.op("Mul", {y, c.b.scalar(ct, alpha)});
+  c.set_output(0, c.cast(c.b.op(op, {x, y}), t));
 }
 
 void add(Ctx& c) {
@@ -41,12 +53,12 @@ void add(Ctx& c) {
 void sub(Ctx& c) { add_sub(c, "Sub"); }
 void rsub(Ctx& c) {
   // rsub(self, other, alpha) = other - alpha * self
-  DType t = c.out_dtype();
-  std::string x = c.operand("self", t);
-  std::string y = c.operand("other", t);
+  DType t = c.out_dtype(), ct = arith_type(c, t);
+  std::string x = c.operand("self", ct);
+  std::string y = c.operand("other", ct);
   double alpha = c.f("alpha", 1.0);
-  if (alpha != 1.0) x = c.b.op("Mul", {x, c.b.scalar(t, alpha)});
-  c.set_output(0, c.b.op("Sub", {y, x}));
+  if (alpha != 1.0) x = c.b.op("Mul", {x, c.b.scalar(ct, alpha)});
+  c.set_output(0, c.cast(c.b.op("Sub", {y, x}), t));
 }
 void mul(Ctx& c) {
   if (c.out_dtype() == DType::Bool) {
@@ -145,12 +157,12 @@ void logical_or(Ctx& c) { logical_binary(c, "Or"); }
 
 void bitwise_and(Ctx& c) {
   if (c.out_dtype() == DType::Bool) return logical_binary(c, "And");
-  if (c.opset() < 18) c.fail("bitwise_and on integers needs BitwiseAnd (opset 18)");
+  if (c.opset() < 18) return c.set_output(0, bitwise_by_bits(c, '&'));
   c.set_output(0, binary(c, "BitwiseAnd"));
 }
 void bitwise_or(Ctx& c) {
   if (c.out_dtype() == DType::Bool) return logical_binary(c, "Or");
-  if (c.opset() < 18) c.fail("bitwise_or on integers needs BitwiseOr (opset 18)");
+  if (c.opset() < 18) return c.set_output(0, bitwise_by_bits(c, '|'));
   c.set_output(0, binary(c, "BitwiseOr"));
 }
 
@@ -236,9 +248,10 @@ void register_elementwise(Registry& r) {
   r.add(p + "logical_not.default", logical_not);
   r.add(p + "logical_and.default", logical_and);
   r.add(p + "logical_or.default", logical_or);
-  for (const char* o : {"bitwise_and.Tensor", "bitwise_and.Scalar", "__and__.Tensor"})
+  for (const char* o :
+       {"bitwise_and.Tensor", "bitwise_and.Scalar", "__and__.Tensor", "__and__.Scalar"})
     r.add(p + o, bitwise_and);
-  for (const char* o : {"bitwise_or.Tensor", "bitwise_or.Scalar", "__or__.Tensor"})
+  for (const char* o : {"bitwise_or.Tensor", "bitwise_or.Scalar", "__or__.Tensor", "__or__.Scalar"})
     r.add(p + o, bitwise_or);
   for (const char* o : {"eq.Tensor", "eq.Scalar"}) r.add(p + o, eq);
   for (const char* o : {"ne.Tensor", "ne.Scalar"}) r.add(p + o, ne);

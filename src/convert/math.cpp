@@ -321,6 +321,88 @@ void remainder_(Ctx& c) {
   c.set_output(0, c.cast(m.where(fix, m.add(r, y), r), t));
 }
 
+// gcd / lcm on integers. torch runs Euclid per element on a = |a|, b = |b|:
+// while (a != 0) (a, b) = (b % a, a) with C's truncating %, and gcd = b.
+// ONNX has no gcd, so a Loop runs that step on the whole tensor until every
+// a is 0 (at most ~92 rounds for int64); elements already done keep their
+// state. Overflow follows torch's scalar code: |INT_MIN| stays INT_MIN, so
+// gcd(INT_MIN, 0) = INT_MIN and gcd(INT_MIN, 6) = -2. int8 / int16 / uint8
+// are computed in int32 (C's integer promotion), wrapped back at the end.
+DType gcd_compute_type(DType t) {
+  return (t == DType::Int8 || t == DType::Int16 || t == DType::UInt8) ? DType::Int32 : t;
+}
+S euclid_gcd(Ctx& c, DType t, S a, S b) {
+  DType ct = gcd_compute_type(t);
+  M m{c, ct};
+  auto wrapped_abs = [&](const S& v) {
+    if (t == DType::UInt8 || t == DType::UInt16 || t == DType::UInt32 || t == DType::UInt64)
+      return v;
+    S r = m.abs(v);
+    return ct == t ? r : c.cast(c.cast(r, t), ct);  // |-128| is -128 in int8
+  };
+  a = wrapped_abs(a);
+  b = wrapped_abs(b);
+  // Both take the broadcast shape, which the Loop then carries unchanged.
+  a = c.b.op("Expand", {a, c.b.op("Shape", {b})});
+  b = c.b.op("Expand", {b, c.b.op("Shape", {a})});
+  auto any_nonzero = [&](const S& v) {
+    S n = c.cast(m.not_(m.eq(v, 0.0)), DType::Int64);
+    S total =
+        c.b.op("ReduceSum", {n}, {Attr::Int("keepdims", 0)}, ValueType{DType::Int64, Shape{}});
+    return c.b.op("Greater", {total, c.b.scalar_i64(0)});
+  };
+  S first = any_nonzero(a);
+  ValueType state_t = c.type(a);
+  c.b.begin_subgraph(c.node.name + "_euclid");
+  S iter = c.b.fresh_name("iter");
+  c.b.add_input(iter, ValueType{DType::Int64, Shape{}});
+  S cond_in = c.b.fresh_name("cond_in");
+  c.b.add_input(cond_in, ValueType{DType::Bool, Shape{}});
+  S ai = c.b.fresh_name("a"), bi = c.b.fresh_name("b");
+  c.b.add_input(ai, state_t);
+  c.b.add_input(bi, state_t);
+  S done = m.eq(ai, 0.0);
+  S d = m.where(done, m.k(1), ai);
+  // Python's mod (ONNX Mod, fmod=0, exact on integers) has the divisor's
+  // sign; C's % the dividend's: they differ by d when the signs disagree.
+  S r = c.b.op("Mod", {bi, d}, {Attr::Int("fmod", 0)});
+  S fix = m.and_(m.not_(m.eq(r, 0.0)), m.not_(m.eq(m.lt(bi, 0.0), m.lt(r, 0.0))));
+  r = m.where(fix, m.sub(r, d), r);
+  S an = m.where(done, ai, r);
+  S bn = m.where(done, bi, ai);
+  S cond_out = any_nonzero(an);
+  c.b.add_output(cond_out, c.b.type(cond_out));
+  c.b.add_output(an, state_t);
+  c.b.add_output(bn, state_t);
+  Graph body = c.b.end_subgraph();
+  auto outs = c.b.add_node("Loop", {"", first, a, b}, 2, {Attr::Subgraph("body", std::move(body))},
+                           {state_t, state_t});
+  return outs[1];
+}
+void gcd_(Ctx& c) {
+  DType t = c.out_dtype();
+  if (is_floating(t) || t == DType::Bool) c.fail("gcd is defined for integer tensors only");
+  DType ct = gcd_compute_type(t);
+  S g = euclid_gcd(c, t, c.operand("self", ct), c.operand("other", ct));
+  c.set_output(0, c.cast(g, t));
+}
+// lcm = |a / g * b| (0 when g is 0), in C's wrapping arithmetic like torch.
+// g can be -1 after an overflow (gcd(INT_MIN, INT_MAX)): a / -1 is taken as
+// 0 - a, since INT_MIN / -1 traps in C.
+void lcm_(Ctx& c) {
+  DType t = c.out_dtype();
+  if (is_floating(t) || t == DType::Bool) c.fail("lcm is defined for integer tensors only");
+  DType ct = gcd_compute_type(t);
+  M m{c, ct};
+  S a = c.operand("self", ct), b = c.operand("other", ct);
+  S g = euclid_gcd(c, t, a, b);
+  S zero = m.eq(g, 0.0), minus_one = m.eq(g, -1.0);
+  S q = m.div(a, m.where(m.or_(zero, minus_one), m.k(1), g));
+  q = m.where(minus_one, m.sub(m.k(0), a), q);
+  S l = m.abs(m.mul(q, b));
+  c.set_output(0, c.cast(m.where(zero, m.k(0), l), t));
+}
+
 void logit_(Ctx& c) {
   DType t = c.out_dtype();
   DType ct = compute_type(t);
@@ -886,10 +968,66 @@ void special_log_ndtr(Ctx& c) {
 }
 
 // ---- bitwise
+}  // namespace
+
+// Bitwise and / or / xor of integer tensors before opset 18 (no BitwiseAnd /
+// Or / Xor): a Loop takes one bit of each operand per round, lowest first,
+// in int64 (narrower types sign- or zero-extended: the op commutes with the
+// extension). Mod 2 (fmod=0) is the low bit of a two's complement value and
+// (x - bit) / 2 an exact arithmetic shift. After width - 1 rounds what is
+// left of each operand is its sign (0 or -1; 0 or 1 for uint8), whose op
+// gives the top bit, worth -2^(width - 1). `op`: '&', '|' or '^'.
+std::string bitwise_by_bits(Ctx& c, char op) {
+  DType t = c.out_dtype();
+  if (!is_integral(t)) c.fail("bitwise ops are defined for integer and bool tensors");
+  const int width = static_cast<int>(dtype_size(t)) * 8;
+  const DType ct = DType::Int64;
+  M m{c, ct};
+  S x = c.operand("self", ct), y = c.operand("other", ct);
+  x = c.b.op("Expand", {x, c.b.op("Shape", {y})});
+  y = c.b.op("Expand", {y, c.b.op("Shape", {x})});
+  auto bit_op = [&](const S& a, const S& b) {
+    if (op == '&') return c.b.op("Min", {a, b});
+    if (op == '|') return c.b.op("Max", {a, b});
+    return m.abs(m.sub(a, b));
+  };
+  auto low_bit = [&](const S& v) {
+    return c.b.op("Mod", {v, m.k(2)}, {Attr::Int("fmod", 0)}, c.type(v));
+  };
+  ValueType vt = c.type(x), pt{ct, Shape{}};
+  c.b.begin_subgraph(c.node.name + "_bits");
+  S iter = c.b.fresh_name("iter"), cond_in = c.b.fresh_name("cond_in");
+  c.b.add_input(iter, pt);
+  c.b.add_input(cond_in, ValueType{DType::Bool, Shape{}});
+  S xi = c.b.fresh_name("x"), yi = c.b.fresh_name("y"), ri = c.b.fresh_name("r"),
+    pi = c.b.fresh_name("p");
+  c.b.add_input(xi, vt);
+  c.b.add_input(yi, vt);
+  c.b.add_input(ri, vt);
+  c.b.add_input(pi, pt);
+  S bx = low_bit(xi), by = low_bit(yi);
+  S outs[] = {c.b.op("Identity", {cond_in}), m.div(m.sub(xi, bx), m.k(2)),
+              m.div(m.sub(yi, by), m.k(2)), m.add(ri, m.mul(bit_op(bx, by), pi)),
+              // 2^62 stays (2^63 would overflow; the last round's p is unused)
+              m.mul(c.b.op("Min", {pi, m.k(4611686018427387904.0 / 2)}), m.k(2))};
+  std::vector<ValueType> types{ValueType{DType::Bool, Shape{}}, vt, vt, vt, pt};
+  for (size_t i = 0; i < 5; ++i) c.b.add_output(outs[i], types[i]);
+  Graph body = c.b.end_subgraph();
+  auto l = c.b.add_node(
+      "Loop",
+      {c.b.scalar_i64(width - 1), c.b.scalar(DType::Bool, 1), x, y, m.sub(x, x), c.b.scalar_i64(1)},
+      4, {Attr::Subgraph("body", std::move(body))}, {vt, vt, vt, pt});
+  S top = m.eq(bit_op(low_bit(l[0]), low_bit(l[1])), 1.0);
+  S r = m.where(top, m.add(l[2], m.k(-std::ldexp(1.0, width - 1))), l[2]);
+  return c.cast(r, t);
+}
+
+namespace {
+
 void bitwise_xor_(Ctx& c) {
   DType t = c.out_dtype();
   if (t == DType::Bool) return logical_xor_(c);
-  if (c.opset() < 18) c.fail("bitwise_xor on integers needs BitwiseXor (opset 18)");
+  if (c.opset() < 18) return c.set_output(0, bitwise_by_bits(c, '^'));
   S x = c.operand("self", t), y = c.operand("other", t);
   ValueType vt{t, broadcast_shapes(c.type(x).shape, c.type(y).shape)};
   c.set_output(0, c.b.op("BitwiseXor", {x, y}, {}, vt));
@@ -1012,6 +1150,8 @@ void register_math(Registry& r) {
       {"fmod.Tensor", fmod_},
       {"fmod.Scalar", fmod_},
       {"remainder.Tensor", remainder_},
+      {"gcd.default", gcd_},
+      {"lcm.default", lcm_},
       {"remainder.Scalar", remainder_},
       {"remainder.Scalar_Tensor", remainder_},
       {"logit.default", logit_},

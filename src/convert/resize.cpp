@@ -1,8 +1,8 @@
 // Resampling: upsample_nearest{1,2,3}d, _upsample_nearest_exact{1,2,3}d,
 // upsample_linear1d, upsample_bilinear2d, upsample_trilinear3d,
 // upsample_bicubic2d (.vec and .default), _upsample_bilinear2d_aa (Resize
-// antialias, opset 18), grid_sampler / grid_sampler_2d (GridSample, opset 16)
-// and grid_sampler_3d (opset 20).
+// antialias from opset 18, constant filter matrices before), grid_sampler /
+// grid_sampler_2d (GridSample, opset 16) and grid_sampler_3d (opset 20).
 //
 // torch's source coordinate per mode, and the Resize form that matches it:
 //   nearest        floor(dst * in/out)             asymmetric + floor
@@ -12,6 +12,8 @@
 // where in/out is 1/scale when torch was given a scale factor (then Resize
 // gets that scale, not sizes, so that it uses the same ratio); cubic uses
 // A = -0.75 with border-clamped taps.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "convert/context.h"
@@ -126,7 +128,75 @@ void nearest(Ctx& c) { emit_resize(c, Mode::Nearest, false); }
 void nearest_exact(Ctx& c) { emit_resize(c, Mode::NearestExact, false); }
 void linear(Ctx& c) { emit_resize(c, Mode::Linear, false); }
 void cubic(Ctx& c) { emit_resize(c, Mode::Cubic, false); }
-void linear_aa(Ctx& c) { emit_resize(c, Mode::Linear, true); }
+
+// torch's antialiased linear filter along one axis as an [out, in] matrix:
+// output i is centered at scale * (i + 0.5) in input pixels, the triangle
+// filter is widened by the scale when downsampling (support = max(scale,
+// 1)), and the taps inside the input are renormalized to sum to 1.
+std::vector<double> aa_weights(int64_t in, int64_t out, bool align, double sf) {
+  double scale = align
+                     ? (out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0)
+                 : sf > 0 ? 1.0 / sf
+                          : static_cast<double>(in) / static_cast<double>(out);
+  double support = scale >= 1.0 ? scale : 1.0, invscale = scale >= 1.0 ? 1.0 / scale : 1.0;
+  std::vector<double> w(static_cast<size_t>(out * in), 0.0);
+  for (int64_t i = 0; i < out; ++i) {
+    double center = scale * (static_cast<double>(i) + 0.5);
+    int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
+    int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in);
+    double total = 0;
+    double* row = w.data() + i * in;
+    for (int64_t j = lo; j < hi; ++j) {
+      double t = std::abs((static_cast<double>(j) - center + 0.5) * invscale);
+      row[j] = t < 1.0 ? 1.0 - t : 0.0;
+      total += row[j];
+    }
+    if (total != 0)
+      for (int64_t j = lo; j < hi; ++j) row[j] /= total;
+  }
+  return w;
+}
+
+// Before opset 18 (no Resize antialias): with static spatial sizes the
+// filter is two constant matrices, y = Wh @ x @ Ww^T (float16 / bfloat16
+// computed in float32).
+void linear_aa(Ctx& c) {
+  if (c.opset() >= 18) return emit_resize(c, Mode::Linear, true);
+  std::string x = c.tensor(c.arg("input") ? "input" : "self");
+  std::optional<Shape> in = c.type(x).shape;
+  std::optional<Shape> out = c.out_type().shape;
+  if (!in || !out || in->size() != 4 || out->size() != 4 || !(*in)[2].is_static() ||
+      !(*in)[3].is_static() || !(*out)[2].is_static() || !(*out)[3].is_static())
+    c.fail(
+        "antialiased bilinear resize needs Resize's antialias (opset 18) unless its input "
+        "and output spatial sizes are static");
+  bool align = c.flag("align_corners", false);
+  std::vector<double> sf = align ? std::vector<double>{} : scale_factors(c, 2);
+  DType t = c.out_dtype();
+  DType ct = t == DType::Double ? DType::Double : DType::Float;
+  auto matrix = [&](int64_t rows, int64_t cols, const std::vector<double>& v) {
+    std::vector<uint8_t> bytes(v.size() * dtype_size(ct));
+    for (size_t k = 0; k < v.size(); ++k) {
+      if (ct == DType::Double) {
+        std::memcpy(bytes.data() + k * 8, &v[k], 8);
+      } else {
+        float f = static_cast<float>(v[k]);
+        std::memcpy(bytes.data() + k * 4, &f, 4);
+      }
+    }
+    return c.b.constant(TensorData::from_bytes(ct, {rows, cols}, std::move(bytes)));
+  };
+  int64_t ih = (*in)[2].value, iw = (*in)[3].value, oh = (*out)[2].value, ow = (*out)[3].value;
+  std::vector<double> wh = aa_weights(ih, oh, align, sf.empty() ? 0.0 : sf[0]);
+  std::vector<double> ww = aa_weights(iw, ow, align, sf.empty() ? 0.0 : sf[1]);
+  std::vector<double> wwt(ww.size());  // [iw, ow]
+  for (int64_t i = 0; i < ow; ++i)
+    for (int64_t j = 0; j < iw; ++j)
+      wwt[static_cast<size_t>(j * ow + i)] = ww[static_cast<size_t>(i * iw + j)];
+  std::string y = c.b.op("MatMul", {c.cast(x, ct), matrix(iw, ow, wwt)});
+  y = c.b.op("MatMul", {matrix(oh, ih, wh), y});
+  c.set_output(0, c.cast(y, t));
+}
 
 // ---- grid sampling
 
@@ -162,7 +232,7 @@ void register_resize(Registry& r) {
     r.add(p + "upsample_bilinear2d" + o, linear);
     r.add(p + "upsample_trilinear3d" + o, linear);
     r.add(p + "upsample_bicubic2d" + o, cubic);
-    r.add(p + "_upsample_bilinear2d_aa" + o, linear_aa, 18);
+    r.add(p + "_upsample_bilinear2d_aa" + o, linear_aa);
   }
   r.add(p + "grid_sampler.default", grid_sample, 16);
   r.add(p + "grid_sampler_2d.default", grid_sample, 16);

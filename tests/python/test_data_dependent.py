@@ -103,3 +103,59 @@ def test_data_dependent(name, tmp_onnx):
             assert g.shape == tuple(e.shape), (g.shape, tuple(e.shape))
             np.testing.assert_allclose(g, e.numpy(), atol=1e-5, rtol=1e-5)
     assert_same_both_ways(model, args, tmp_onnx)
+
+
+class _Scalars(torch.nn.Module):
+    """Python numbers returned from forward: a float (.item(): a SymFloat),
+    a bool (a SymBool), an int from a dynamic size (a SymInt), beside a
+    tensor."""
+
+    def forward(self, x):
+        return x * 2, x.sum().item(), (x > 0).any().item(), x.shape[0] * 2
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_scalar_outputs_are_0d_tensors(opset, tmp_onnx):
+    """Each number is a 0-d output: float64 for a Python float (a double, as
+    torch computes SymFloats), bool, int64; checked in onnxruntime against
+    PyTorch on inputs of other lengths (the bool both ways), and by
+    export(verify=True). atol/rtol 1e-5 on the float (float32 summation
+    order)."""
+    model = _Scalars()
+    dyn = {0: torch.export.Dim.DYNAMIC}
+    torch.manual_seed(0)
+    r = pt2onnx.export(model, (torch.randn(4, 3),), tmp_onnx, opset=opset,
+                       dynamic_shapes=(dyn,), verify=True)
+    assert len(r.checks["verify"]) == 2
+    m = onnx.load(tmp_onnx)
+    onnx.checker.check_model(m, full_check=True)
+    P = onnx.TensorProto
+    want = [P.FLOAT, P.DOUBLE, P.BOOL, P.INT64]
+    assert [o.type.tensor_type.elem_type for o in m.graph.output] == want
+    for o in m.graph.output[1:]:
+        assert o.type.tensor_type.HasField("shape") and len(o.type.tensor_type.shape.dim) == 0
+    for x in [torch.randn(7, 3), -torch.rand(2, 3) - 0.1, torch.randn(1, 3)]:
+        expected = model(x)
+        _, got = run_ort(tmp_onnx, {"x": x.numpy()})
+        assert len(got) == 4
+        np.testing.assert_allclose(got[0], expected[0].numpy(), atol=1e-6)
+        for g, e, t in zip(got[1:], expected[1:], [float, bool, int]):
+            assert type(e) is t and g.shape == (), (g.shape, e)
+            np.testing.assert_allclose(g, e, atol=1e-5, rtol=1e-5)
+        assert got[2].item() is expected[2] and got[3].item() == expected[3]
+
+
+def test_scalar_float_output_both_ways(tmp_onnx):
+    """The .pt2 path (torch.export.save, then the pt2onnx command) writes the
+    same file for a float and an int output. (A bool output has no .pt2
+    form: torch's serializer cannot write a SymBool output.)"""
+    model = Fn(lambda x: (x.mean().item(), x.shape[0] + 1))
+    args = (torch.randn(4, 3),)
+    ds = ({0: torch.export.Dim.DYNAMIC},)
+    pt2onnx.export(model, args, tmp_onnx, dynamic_shapes=(ds,))
+    assert_same_both_ways(model, args, tmp_onnx, dynamic_shapes=(ds,))
+    x = torch.randn(6, 3)
+    _, (mean, n) = run_ort(tmp_onnx, {"args_0": x.numpy()})
+    assert mean.dtype == np.float64 and mean.shape == () and n.shape == ()
+    np.testing.assert_allclose(mean, x.mean().item(), atol=1e-6, rtol=1e-6)
+    assert n.item() == 7

@@ -286,3 +286,131 @@ def test_unrolled_jacobi_spectra(shape):
     _, got = run_ort(r.model_bytes, {"xs_0": new[0].numpy(), "xs_1": new[1].numpy()})
     for i, (g, e) in enumerate(zip(got, model(*new))):
         np.testing.assert_allclose(g, e.numpy(), atol=1e-4, rtol=1e-4, err_msg=f"output {i}")
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("opset", [13, 18])
+def test_gcd_lcm_edge_values(dtype, opset):
+    """gcd / lcm (a Loop of Euclid steps) against torch, exactly: zeros,
+    negatives, equal values, the type's extremes (torch's wrapping results:
+    gcd(INT_MIN, 0) = INT_MIN, gcd(INT_MIN, INT_MAX) = -1), broadcasting
+    of a column against a row, a 0-d operand; exported on other values with
+    a dynamic length. lcm leaves out (INT_MIN, INT_MAX), where torch itself
+    divides INT_MIN by -1 (a SIGFPE)."""
+    i = torch.iinfo(dtype)
+    a = torch.tensor([i.min, i.min, i.min, 0, 0, -6, 6, -4, i.max, i.min, 7, 12, 35, 1, -36,
+                      i.max, i.min], dtype=torch.int64).to(dtype)
+    b = torch.tensor([0, 6, i.min, 0, -5, 4, -9, 0, i.max, 1, i.min, 18, -49, 1, -24,
+                      i.min, i.max], dtype=torch.int64).to(dtype)
+    no_lcm = 2
+
+    def fn(self, x, y, col, row, s):
+        return (torch.gcd(x, y), torch.lcm(x[:-no_lcm], y[:-no_lcm]), torch.gcd(col, row),
+                torch.lcm(col, row), torch.gcd(s, row), torch.lcm(row, s), torch.gcd(s, s))
+
+    def make(n, seed):
+        g = torch.Generator().manual_seed(seed)
+        lo, hi = (0, 100) if dtype == torch.uint8 else (-100, 100)
+        return (torch.randint(lo, hi, (n, 1), generator=g).to(dtype),
+                torch.randint(lo, hi, (n,), generator=g).to(dtype))
+
+    col, row = make(3, 0)
+    s = torch.tensor(12 if dtype != torch.uint8 else 200, dtype=dtype)
+    model = Fn(fn)
+    dyn = torch.export.Dim.DYNAMIC
+    r = pt2onnx.export(model, (a[:4] * 0 + 3, b[:4] * 0 + 5, col, row, s), None, opset=opset,
+                       dynamic_shapes=(({0: dyn}, {0: dyn}, {0: dyn}, {0: dyn}, {}),))
+    col, row = make(6, 1)
+    new = (a, b, col, row, s)
+    _, got = run_ort(r.model_bytes, {f"xs_{k}": v.numpy() for k, v in enumerate(new)})
+    expected = model(*new)
+    assert len(got) == len(expected) == 7
+    for k, (g, e) in enumerate(zip(got, expected)):
+        assert g.dtype == e.numpy().dtype and g.shape == tuple(e.shape), (k, g.shape, e.shape)
+        np.testing.assert_array_equal(g, e.numpy(), err_msg=f"output {k}")
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+@pytest.mark.parametrize("name", ["bitwise_and", "bitwise_or", "bitwise_xor"])
+def test_bitwise_before_opset18_opinfo(name, opset):
+    """bitwise and / or / xor on integers before BitwiseAnd (opset 18), bit
+    by bit in a Loop: OpInfo's own samples in int32 and int64 (the OpInfo
+    suite's integer configurations run at opset 18 only), exact."""
+    import opinfo_harness as h
+
+    op = next(o for o in h.op_db() if h.op_id(o) == name)
+    for dtype in [torch.int32, torch.int64]:
+        results = [h.run_sample(op, s, dtype, opset) for s in h.samples(op, dtype)]
+        assert results and all(r.outcome == h.PASS for r in results), [
+            (r.outcome, r.detail) for r in results]
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
+def test_bitwise_before_opset18_edge_values(dtype):
+    """The bit-by-bit form at opset 13 on the type's extremes, -1, 0, mixed
+    signs, broadcasting and Python int operands (__and__.Scalar), exact."""
+    i = torch.iinfo(dtype)
+    vals = [i.min, i.max, -1, 0, 5, -6, 100, i.min, 3, 1]
+    a = torch.tensor(vals, dtype=torch.int64).to(dtype)
+    b = torch.tensor(vals[::-1], dtype=torch.int64).to(dtype)
+
+    def fn(self, x, y):
+        return x & y, x | y, x ^ y, x & 5, y | 6, x[:, None] ^ y[None, :]
+
+    model = Fn(fn)
+    r = pt2onnx.export(model, (a[:3].clone(), b[:3].clone()), None, opset=13,
+                       dynamic_shapes=(({0: torch.export.Dim.DYNAMIC}, {0: torch.export.Dim.DYNAMIC}),))
+    _, got = run_ort(r.model_bytes, {"xs_0": a.numpy(), "xs_1": b.numpy()})
+    expected = model(a, b)
+    assert len(got) == len(expected)
+    for k, (g, e) in enumerate(zip(got, expected)):
+        assert g.dtype == e.numpy().dtype and g.shape == tuple(e.shape), k
+        np.testing.assert_array_equal(g, e.numpy(), err_msg=f"output {k}")
+
+
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("size,scale", [((3, 4), None), ((12, 3), None), ((1, 1), None),
+                                        (None, (0.37, 0.5)), (None, (2.3, 1.7))])
+def test_antialiased_bilinear_before_opset18(size, scale, align):
+    """interpolate(antialias=True) at opset 13 (no Resize antialias): the
+    filter as constant matrices; down- and upscaling, sizes and scale
+    factors, align_corners, float32 (atol/rtol 1e-5) and float64 (1e-12)."""
+    def fn(self, x):
+        return F.interpolate(x, size=size, scale_factor=scale, mode="bilinear", antialias=True,
+                             align_corners=align)
+
+    model = Fn(fn)
+    for dtype, tol in [(torch.float32, 1e-5), (torch.float64, 1e-12)]:
+        torch.manual_seed(0)
+        x = torch.randn(2, 3, 11, 9, dtype=dtype)
+        r = pt2onnx.export(model, (x,), None, opset=13,
+                           dynamic_shapes=(({0: torch.export.Dim.DYNAMIC},),))
+        assert "Resize" not in [n.op_type for n in onnx.load_from_string(r.model_bytes).graph.node]
+        x = torch.randn(3, 3, 11, 9, dtype=dtype)
+        _, (got,) = run_ort(r.model_bytes, {"xs_0": x.numpy()})
+        e = model(x).numpy()
+        assert got.dtype == e.dtype and got.shape == e.shape
+        np.testing.assert_allclose(got, e, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16])
+def test_narrow_int_arithmetic_opset13(dtype):
+    """Add / Sub / Mul / Div take 8- and 16-bit integers only from opset 14:
+    at opset 13 they run in int32 and wrap back as torch wraps (values at
+    the type's extremes overflow), exact."""
+    i = torch.iinfo(dtype)
+    a = torch.tensor([1, -2, 100, i.max, i.min, 0], dtype=torch.int64).to(dtype)
+    b = torch.tensor([3, 7, 100, -1, i.min or 200, 5], dtype=torch.int64).to(dtype)  # no 0
+
+    def fn(self, x, y):
+        return (x + y, x - y, x * y, torch.add(x, y, alpha=3), torch.rsub(x, y),
+                torch.div(x, y, rounding_mode="trunc"), x + 5, x * 3)
+
+    model = Fn(fn)
+    r = pt2onnx.export(model, (a, b), None, opset=13)
+    _, got = run_ort(r.model_bytes, {"xs_0": a.numpy(), "xs_1": b.numpy()})
+    expected = model(a, b)
+    assert len(got) == len(expected)
+    for k, (g, e) in enumerate(zip(got, expected)):
+        assert g.dtype == e.numpy().dtype and g.shape == tuple(e.shape), k
+        np.testing.assert_array_equal(g, e.numpy(), err_msg=f"output {k}")
