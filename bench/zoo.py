@@ -6,7 +6,11 @@ by side in one run, each (model, exporter) in a fresh process.
 
 Per export: wall time of the export call, peak RSS beyond the built model, and the onnxruntime
 check of tests/models/zoo_check.py (full onnx.checker, every output against PyTorch on fresh
-inputs at the entry's check sizes)."""
+inputs at the entry's check sizes).
+
+A run over some models (--models) merges their rows into the existing bench/zoo.json and
+bench/zoo.md, keeping the other models' rows; each row records its run (command, date,
+machine) and the markdown names the run of each row."""
 
 import argparse
 import datetime
@@ -33,6 +37,28 @@ EXPORTERS = ["pt2onnx", "torch.onnx"]
 RESULT = "ZOO-RESULT "  # marks the worker's lines among whatever the exporters print
 OUTPUTS = {False: "zoo", True: "zoo_cold"}  # cold -> bench/<name>.md / .json
 
+
+# Models tried for the zoo that torch.export itself cannot capture (markdown list items).
+NOT_CAPTURABLE = [
+    "- **transformers Mamba, FalconMamba, RecurrentGemma with a dynamic sequence length**: "
+    "`torch._dynamo.exc.UserError: Constraints violated (L['input_ids'].size()[1])! ... You "
+    "marked L['input_ids'].size()[1] as dynamic but your code specialized it to be a constant "
+    "(8).` Their CPU paths scan the sequence in a Python loop (`for index in range(seq_len)` in "
+    "MambaMixer's / FalconMambaMixer's reference scan, `for t in range(hidden_states.shape[1])` "
+    "in RecurrentGemma's `_rnn_scan`), which torch.export unrolls. A capture rule alone cannot "
+    "fix it: the loop is the model's code, and transformers has no loop-free CPU "
+    "implementation to switch to (as rule 3 does for mixture-of-experts); it would take a rule "
+    "that swaps the scan for a custom op plus a C++ lowering to an ONNX Scan/Loop. The zoo "
+    "has these three with a static sequence length (dynamic batch): hf_mamba, "
+    "hf_falcon_mamba, hf_recurrent_gemma.",
+    "- **transformers Mamba2 exported at one chunk** (sequence = chunk_size): torch.export "
+    "succeeds but guards the sequence with `8 >= input_ids.size()[1] + (8 + -1 * "
+    "(input_ids.size()[1] % 8)) % 8` (one chunk), a guard outside the range constraints; "
+    "pt2onnx's graph does not check it and onnxruntime fails at 16 tokens with a broadcast "
+    "error (Mul / Where, '5 by 8', '2 by 3'). The zoo's hf_mamba2 is exported at two chunks "
+    "(16 tokens) and checked at 24 and 32 (lengths divisible by chunk_size, which the "
+    "padding computation guards too).",
+]
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -174,6 +200,28 @@ def machine():
             + ", ".join(f"{p} {version(p)}" for p in pkgs))
 
 
+def earlier_rows(json_path, md_path):
+    """The rows of bench/zoo.json (or zoo_cold.json), each with its run: rows written before
+    runs were recorded per row get the run that zoo.md's header names."""
+    if not os.path.exists(json_path):
+        return []
+    with open(json_path) as f:
+        rows = json.load(f)
+    if all("run" in r for r in rows):
+        return rows
+    run = {"command": "python bench/zoo.py", "started": "unknown", "machine": "unknown",
+           "wall_min": 0.0}
+    if os.path.exists(md_path):
+        with open(md_path) as f:
+            text = f.read()
+        m = re.search(r"Written by `([^`]*)` on (\S+ \S+) UTC in ([0-9.]+) min\. "
+                      r"Machine: (.*)\.\n", text)
+        if m:
+            run = {"command": m.group(1), "started": m.group(2), "machine": m.group(4),
+                   "wall_min": float(m.group(3))}
+    return [r if "run" in r else dict(r, run=run) for r in rows]
+
+
 def cell_s(r):
     return f"{r['export_s']:.2f}" if "export_s" in r else "-"
 
@@ -198,8 +246,35 @@ def cell_match(r):
     return f"**{what}**: {err}".replace("|", "/")
 
 
-def report(results, models, command, started, wall_s, cold):
+def run_label(run):
+    return f"`{run['command']}` on {run['started']} UTC ({run['wall_min']:.1f} min)"
+
+
+def report(results, models, cold):
+    """The markdown of `results` (rows of one or more runs, each row's run in its "run" key),
+    one table row per model of `models`."""
     by = {(r["model"], r["exporter"]): r for r in results}
+    runs = []  # in order of first appearance
+    for m in models:
+        run = by[(m, "pt2onnx")]["run"]
+        if run not in runs:
+            runs.append(run)
+    run_ids = {json.dumps(r, sort_keys=True): chr(ord("A") + i) for i, r in enumerate(runs)}
+
+    def run_id(m):
+        return run_ids[json.dumps(by[(m, "pt2onnx")]["run"], sort_keys=True)]
+
+    if len(runs) == 1:
+        written = [f"Written by {run_label(runs[0])}. Machine: {runs[0]['machine']}.", ""]
+    else:
+        written = ["Rows from several runs of this script (the `run` column), each merged into "
+                   "the existing table (a run with `--models` replaces those models' rows and "
+                   "keeps the others):", ""]
+        written += [f"- run {run_ids[json.dumps(r, sort_keys=True)]}: {run_label(r)}, "
+                    f"{sum(run_id(m) == run_ids[json.dumps(r, sort_keys=True)] for m in models)} "
+                    f"models. Machine: {r['machine']}." for r in runs]
+        written += ["", "Times compare within a row (both exporters ran in the same run); across "
+                    "runs the machine's other load may differ.", ""]
     resets = {r.get("hwm_reset") for r in results if "peak_mb" in r}
     peak_how = ("VmHWM, reset just before the call by writing 5 to /proc/self/clear_refs"
                 if resets == {True} else
@@ -208,8 +283,7 @@ def report(results, models, command, started, wall_s, cold):
     lines = [
         "# Model zoo: pt2onnx against torch.onnx.export(dynamo=True)"
         + (", cold (each process's first export)" if cold else ""), "",
-        f"Written by `{command}` on {started:%Y-%m-%d %H:%M} UTC in {wall_s / 60:.1f} min. "
-        f"Machine: {machine()}.", "",
+        *written,
         "Every model of `tests/models/zoo.py` (real definitions, small configs, random weights) "
         "exported at its export size with dynamic batch (and sequence) dims, by "
         "`pt2onnx.export(model, (), path, kwargs=..., dynamic_shapes=...)` and by "
@@ -239,10 +313,10 @@ def report(results, models, command, started, wall_s, cold):
         "numpy's max abs difference at the first size that failed; check failed: the checker, "
         "onnxruntime or an input / output count or shape failed; export failed: the first "
         "line of the exporter's error.", "",
-        "| model | family | pt2onnx (s) | torch.onnx (s) | pt2onnx / torch.onnx | "
+        "| model | family | run | pt2onnx (s) | torch.onnx (s) | pt2onnx / torch.onnx | "
         "pt2onnx peak (MB) | torch.onnx peak (MB) | pt2onnx ORT match | torch.onnx ORT match |"
         + ("" if cold else " first call (s): pt2onnx / torch.onnx |"),
-        "|---|---|--:|--:|--:|--:|--:|---|---|" + ("" if cold else "--:|"),
+        "|---|---|---|--:|--:|--:|--:|--:|---|---|" + ("" if cold else "--:|"),
     ]
     both = []
     for m in models:
@@ -252,8 +326,9 @@ def report(results, models, command, started, wall_s, cold):
             both.append((m, p["export_s"], t["export_s"]))
             ratio = f"{p['export_s'] / t['export_s']:.2f}"
         first = "" if cold else f" {cell_warmup(p)} / {cell_warmup(t)} |"
-        lines.append(f"| {m} | {ZOO[m].family} | {cell_s(p)} | {cell_s(t)} | {ratio} | "
-                     f"{cell_mb(p)} | {cell_mb(t)} | {cell_match(p)} | {cell_match(t)} |{first}")
+        lines.append(f"| {m} | {ZOO[m].family} | {run_id(m)} | {cell_s(p)} | {cell_s(t)} | "
+                     f"{ratio} | {cell_mb(p)} | {cell_mb(t)} | {cell_match(p)} | "
+                     f"{cell_match(t)} |{first}")
     lines += ["", "## Summary", ""]
     for e in EXPORTERS:
         rs = [by[(m, e)] for m in models]
@@ -271,6 +346,12 @@ def report(results, models, command, started, wall_s, cold):
         lines.append(f"- total export time over those models: pt2onnx "
                      f"{sum(pt for _, pt, _ in both):.1f} s, torch.onnx "
                      f"{sum(tt for _, _, tt in both):.1f} s.")
+    if not cold:
+        lines += ["", "## Not in the zoo: models torch.export cannot capture", "",
+                  "Tried for the zoo and left out, since neither exporter gets past "
+                  "torch.export (torch 2.13); the exact error, and whether a capture rule "
+                  "(python/pt2onnx/_capture_rules.py) could fix it without changing the "
+                  "model's code:", "", *NOT_CAPTURABLE]
     return lines
 
 
@@ -297,6 +378,13 @@ def main():
     os.makedirs(out, exist_ok=True)
     command = " ".join(["python bench/zoo.py", *sys.argv[1:]])
     started = datetime.datetime.now(datetime.timezone.utc)
+    run = {"command": command, "started": f"{started:%Y-%m-%d %H:%M}", "machine": machine(),
+           "wall_min": 0.0}
+    json_path = os.path.join(HERE, OUTPUTS[args.cold] + ".json")
+    md_path = os.path.join(HERE, OUTPUTS[args.cold] + ".md")
+    # The other models' rows of earlier runs are kept (with --models: those models are rerun).
+    kept = [r for r in earlier_rows(json_path, md_path)
+            if r["model"] not in models and r["model"] in ZOO]
     t0 = time.perf_counter()
     results = []
     try:
@@ -305,18 +393,30 @@ def main():
                 print(f"{m:24s} {e:10s} ...", end=" ", flush=True)
                 settle(out, keep=bool(args.out))
                 r = run_worker(m, e, out, args.timeout, not args.cold)
+                r["run"] = run
                 results.append(r)
                 print(f"{cell_s(r)} s, {cell_match(r)}", flush=True)
-                with open(os.path.join(HERE, OUTPUTS[args.cold] + ".json"), "w") as f:
-                    json.dump(results, f, indent=1)
+                run["wall_min"] = (time.perf_counter() - t0) / 60
+                # Written after every export, so that an interrupted run keeps what it did.
+                lines = write(kept + results, json_path, md_path, args.cold)
     finally:
         if not args.out:
             shutil.rmtree(out, ignore_errors=True)
-    lines = report(results, models, command, started, time.perf_counter() - t0, args.cold)
-    with open(os.path.join(HERE, OUTPUTS[args.cold] + ".md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    run["wall_min"] = (time.perf_counter() - t0) / 60
+    lines = write(kept + results, json_path, md_path, args.cold)
     print("\n".join(lines))
     return 0
+
+
+def write(results, json_path, md_path, cold):
+    with open(json_path, "w") as f:
+        json.dump(results, f, indent=1)
+    done = {r["model"] for r in results if r["exporter"] == "pt2onnx"} & {
+        r["model"] for r in results if r["exporter"] == "torch.onnx"}
+    lines = report(results, [m for m in ZOO if m in done], cold)
+    with open(md_path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return lines
 
 
 if __name__ == "__main__":

@@ -443,6 +443,21 @@ void renorm(Ctx& c) {
   c.set_output(0, c.cast(c.b.op("Mul", {x, f}), t));
 }
 
+// _weight_norm(v, g, dim): v * g / ||v||, the 2-norm over every axis but `dim` (over all of v
+// when dim is -1), kept for broadcasting against g.
+void weight_norm(Ctx& c) {
+  DType t = c.out_dtype(), w = work_type(t);
+  std::string v = c.cast(c.tensor("v"), w), g = c.cast(c.tensor("g"), w);
+  size_t r = c.rank(v);
+  int64_t d = c.i("dim", 0);
+  std::vector<int64_t> axes;
+  for (size_t k = 0; k < r; ++k)
+    if (d == -1 || static_cast<int64_t>(k) != Ctx::norm_axis(d, r))
+      axes.push_back(static_cast<int64_t>(k));
+  std::string n = axes.empty() ? c.b.op("Abs", {v}) : vector_norm(c, v, 2.0, axes, true);
+  c.set_output(0, c.cast(c.b.op("Mul", {v, c.b.op("Div", {g, n})}), t));
+}
+
 // ---- scans
 
 void cumsum(Ctx& c) {
@@ -664,6 +679,7 @@ void register_reduce(Registry& r) {
     r.add(p + o, linalg_matrix_norm);
   for (const char* o : {"linalg_norm.default", "linalg_norm.ord_str"}) r.add(p + o, linalg_norm);
   r.add(p + "renorm.default", renorm);
+  r.add(p + "_weight_norm.default", weight_norm);
   r.add(p + "cumsum.default", cumsum);
   r.add(p + "cumprod.default", cumprod);
   r.add(p + "cummax.default", cummax);

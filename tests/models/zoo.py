@@ -1,5 +1,6 @@
 """The model zoo: real model definitions nobody here wrote (torchvision,
-transformers, timm, and the models torch.onnx's documentation names), each
+transformers, timm, and the models torch.onnx's documentation names; classic,
+vision, text, state-space, video, audio and detection families), each
 made small through its constructor or config, with random weights. No hub,
 no download.
 
@@ -31,7 +32,8 @@ hide_torchvision_ops()
 @dataclass
 class Entry:
     name: str
-    family: str  # classic (torch.onnx's docs), torchvision, transformers, timm
+    family: str  # classic (torch.onnx's docs), torchvision, transformers, timm, state-space,
+    # video, audio, detection
     build: Callable[[], tuple[nn.Module, Callable[[int, int], dict], dict]]
     export_size: tuple[int, int] = (2, 8)  # (batch, seq)
     check_sizes: list = field(default_factory=lambda: [(1, 5), (3, 11)])
@@ -357,6 +359,226 @@ def _timm(name, **kw):
     return factory
 
 
+
+# ---- state-space, video, audio, detection (transformers, torchvision, timm) -----
+
+def _hf_cfg(config_cls, model_cls, make_dyn, **cfg):
+    """A transformers model from its config class and keyword arguments, with the inputs of
+    make_dyn = (make, dynamic_shapes)."""
+    def build():
+        import transformers
+
+        model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**cfg))
+        make, dyn = make_dyn
+        return model, make, dyn
+
+    return build
+
+
+def _tokens_fixed_length(vocab):
+    """input_ids with a dynamic batch only: models whose forward loops over the sequence in
+    Python (Mamba's reference scan) specialize its length."""
+    make, _ = _text(vocab, mask=False)
+    return make, {"input_ids": {0: B}}
+
+
+def _pixels(c, h, w=None, name="pixel_values"):
+    w = w or h
+
+    def make(batch, seq):
+        return {name: torch.randn(batch, c, h, w)}
+
+    return make, {name: {0: B}}
+
+
+def _frames(t, c, h, name="pixel_values", channels_first=False):
+    """Video clips: (batch, frames, channels, h, w), or (batch, channels, frames, h, w)."""
+    def make(batch, seq):
+        shape = (batch, c, t, h, h) if channels_first else (batch, t, c, h, h)
+        return {name: torch.randn(*shape)}
+
+    return make, {name: {0: B}}
+
+
+def _waveform(name="input_values"):
+    """Raw audio: (batch, samples), the samples dynamic (a multiple of 16 plus 400)."""
+    def make(batch, seq):
+        return {name: torch.randn(batch, 400 + 16 * seq)}
+
+    return make, {name: {0: B, 1: "samples"}}
+
+
+def _spectrogram(frames, bins, name="input_values"):
+    def make(batch, seq):
+        return {name: torch.randn(batch, frames, bins)}
+
+    return make, {name: {0: B}}
+
+
+# Wav2Vec2-style feature encoders: three strided convolutions of 16 channels.
+_CONV = dict(conv_dim=(16, 16, 16), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+             num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+_ENC_CFG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=64)
+_SSM = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, use_cache=False)
+_SMALL_RESNET = dict(embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1],
+                     layer_type="basic", out_features=["stage2", "stage3", "stage4"])
+
+
+def _resnet_backbone():
+    from transformers import ResNetConfig
+
+    return ResNetConfig(**_SMALL_RESNET)
+
+
+def _hf_detr(config_cls, model_cls, size=64, **cfg):
+    def build():
+        import transformers
+
+        config = getattr(transformers, config_cls)(
+            use_timm_backbone=False, backbone_config=_resnet_backbone(),
+            use_pretrained_backbone=False, d_model=32, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+            decoder_ffn_dim=64, num_queries=10, num_labels=5, **cfg)
+        model = getattr(transformers, model_cls)(config)
+        make, dyn = _pixels(3, size)
+        return model, make, dyn
+
+    return build
+
+
+def _hf_owlvit():
+    from transformers import OwlViTConfig, OwlViTForObjectDetection
+
+    cfg = OwlViTConfig(
+        text_config=dict(vocab_size=128, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=16),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, image_size=32, patch_size=8),
+        projection_dim=32)
+    model = OwlViTForObjectDetection(cfg)
+
+    def make(batch, seq):
+        return {"input_ids": torch.randint(0, 128, (batch * 2, 16)),
+                "pixel_values": torch.randn(batch, 3, 32, 32),
+                "attention_mask": torch.ones(batch * 2, 16, dtype=torch.long)}
+
+    return model, make, {"input_ids": {0: "queries"}, "pixel_values": {0: B},
+                         "attention_mask": {0: "queries"}}
+
+
+def _tv_video(name, size=32, frames=4):
+    def build():
+        import torchvision.models.video as tvv
+
+        model = getattr(tvv, name)(weights=None, num_classes=10)
+        make, dyn = _frames(frames, 3, size, name="x", channels_first=True)
+        return model, make, dyn
+
+    return build
+
+
+NEW_ENTRIES = [
+    # state-space
+    ("hf_mamba", "state-space",
+     _hf_cfg("MambaConfig", "MambaForCausalLM", _tokens_fixed_length(128), state_size=8,
+             expand=2, conv_kernel=4, **_SSM)),
+    ("hf_mamba2", "state-space",
+     _hf_cfg("Mamba2Config", "Mamba2ForCausalLM", _text(128, mask=False), num_heads=8,
+             head_dim=8, state_size=8, expand=2, n_groups=1, chunk_size=8, conv_kernel=4,
+             **_SSM)),
+    ("hf_falcon_mamba", "state-space",
+     _hf_cfg("FalconMambaConfig", "FalconMambaForCausalLM", _tokens_fixed_length(128),
+             state_size=8, expand=2, conv_kernel=4, **_SSM)),
+    ("hf_recurrent_gemma", "state-space",
+     _hf_cfg("RecurrentGemmaConfig", "RecurrentGemmaForCausalLM", _tokens_fixed_length(128),
+             vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=1, lru_width=32, attention_window_size=16,
+             block_types=("recurrent", "attention"), use_cache=False)),
+    # video
+    ("hf_videomae", "video",
+     _hf_cfg("VideoMAEConfig", "VideoMAEForVideoClassification", _frames(4, 3, 32),
+             image_size=32, patch_size=8, num_frames=4, tubelet_size=2, num_labels=5,
+             **_ENC_CFG)),
+    ("hf_timesformer", "video",
+     _hf_cfg("TimesformerConfig", "TimesformerForVideoClassification", _frames(4, 3, 32),
+             image_size=32, patch_size=8, num_frames=4, num_labels=5, **_ENC_CFG)),
+    ("hf_vivit", "video",
+     _hf_cfg("VivitConfig", "VivitForVideoClassification", _frames(4, 3, 32),
+             image_size=32, tubelet_size=[2, 8, 8], num_frames=4, num_labels=5, **_ENC_CFG)),
+    ("tv_r3d_18", "video", _tv_video("r3d_18")),
+    ("tv_mc3_18", "video", _tv_video("mc3_18")),
+    ("tv_r2plus1d_18", "video", _tv_video("r2plus1d_18")),
+    # audio
+    ("hf_wav2vec2", "audio",
+     _hf_cfg("Wav2Vec2Config", "Wav2Vec2ForCTC", _waveform(), vocab_size=32, **_CONV,
+             **_ENC_CFG)),
+    ("hf_hubert", "audio",
+     _hf_cfg("HubertConfig", "HubertModel", _waveform(), **_CONV, **_ENC_CFG)),
+    ("hf_wavlm", "audio",
+     _hf_cfg("WavLMConfig", "WavLMModel", _waveform(), num_buckets=32, max_bucket_distance=64,
+             **_CONV, **_ENC_CFG)),
+    ("hf_sew", "audio",
+     _hf_cfg("SEWConfig", "SEWModel", _waveform(), squeeze_factor=2, **_CONV, **_ENC_CFG)),
+    ("hf_data2vec_audio", "audio",
+     _hf_cfg("Data2VecAudioConfig", "Data2VecAudioModel", _waveform(), conv_pos_kernel_size=5,
+             num_conv_pos_embeddings=5, **{k: v for k, v in _CONV.items()
+                                           if k != "num_conv_pos_embeddings"}, **_ENC_CFG)),
+    ("hf_unispeech", "audio",
+     _hf_cfg("UniSpeechConfig", "UniSpeechModel", _waveform(), **_CONV, **_ENC_CFG)),
+    ("hf_ast", "audio",
+     _hf_cfg("ASTConfig", "ASTForAudioClassification", _spectrogram(64, 32), max_length=64,
+             num_mel_bins=32, patch_size=8, frequency_stride=8, time_stride=8, num_labels=5,
+             **_ENC_CFG)),
+    # detection / segmentation heads
+    ("hf_detr", "detection", _hf_detr("DetrConfig", "DetrForObjectDetection")),
+    ("hf_conditional_detr", "detection",
+     _hf_detr("ConditionalDetrConfig", "ConditionalDetrForObjectDetection")),
+    ("hf_yolos", "detection",
+     _hf_cfg("YolosConfig", "YolosForObjectDetection", _pixels(3, 32), image_size=[32, 32],
+             patch_size=8, num_detection_tokens=10, num_labels=5, **_ENC_CFG)),
+    ("hf_owlvit", "detection", _hf_owlvit),
+    ("hf_dpt", "detection",
+     _hf_cfg("DPTConfig", "DPTForDepthEstimation", _pixels(3, 32), image_size=32, patch_size=8,
+             neck_hidden_sizes=[8, 16, 16, 32], fusion_hidden_size=16,
+             backbone_out_indices=[0, 1, 2, 3], reassemble_factors=[4, 2, 1, 0.5],
+             hidden_size=32, num_hidden_layers=4, initializer_range=0.2,
+             num_attention_heads=4, intermediate_size=64)),
+    ("hf_segformer", "detection",
+     _hf_cfg("SegformerConfig", "SegformerForSemanticSegmentation", _pixels(3, 32),
+             num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+             patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+             decoder_hidden_size=32, num_labels=5)),
+]
+
+CHECK_SIZES = {
+    # The sequence length is static (see _tokens_fixed_length).
+    **{n: [(1, 8), (3, 8)] for n in ("hf_mamba", "hf_falcon_mamba", "hf_recurrent_gemma")},
+    # Mamba2's chunked scan pads the sequence to a multiple of chunk_size (8) with a pad
+    # width that torch.export specializes: the graph holds for lengths divisible by 8, of two
+    # chunks or more when exported at two (one chunk specializes the chunk count to 1).
+    "hf_mamba2": [(1, 24), (3, 32)],
+}
+EXPORT_SIZES = {"hf_mamba2": (2, 16)}
+
+# timm families (name, constructor arguments, input size).
+MORE_TIMM = [
+    ("mobilevit_xxs", {}, 64),
+    ("levit_128s", {"img_size": 64}, 64),
+    ("convnext_atto", {}, 32),
+    ("coatnet_nano_rw_224", {"img_size": 64}, 64),
+    ("poolformer_s12", {}, 32),
+    ("regnetx_002", {}, 32),
+    ("deit_tiny_patch16_224", {"img_size": 32, "patch_size": 8}, 32),
+    ("swin_tiny_patch4_window7_224", {"img_size": 56, "window_size": 7}, 56),
+    ("edgenext_xx_small", {}, 64),
+    ("ghostnet_100", {}, 32),
+    ("repvit_m0_9", {}, 64),
+    ("fastvit_t8", {}, 64),
+    ("mixer_s32_224", {"img_size": 64}, 64),
+]
+
+
 def _entries() -> list[Entry]:
     img32 = images(3, 32)
     img64 = images(3, 64)
@@ -408,6 +630,13 @@ def _entries() -> list[Entry]:
                       img32), quick=True),
         Entry("timm_efficientnet_b0", "timm",
               _simple(_timm("efficientnet_b0", num_classes=10), img32)),
+        *(Entry(f"timm_{n.split('_')[0]}", "timm", _simple(_timm(n, num_classes=10, **kw),
+                                                           images(3, size)))
+          for n, kw, size in MORE_TIMM),
+        # state-space, video, audio, detection
+        *(Entry(name, family, b, export_size=EXPORT_SIZES.get(name, (2, 8)),
+                check_sizes=CHECK_SIZES.get(name, [(1, 5), (3, 11)]))
+          for name, family, b in NEW_ENTRIES),
     ]
 
 
