@@ -5,6 +5,11 @@ samples in the same run (opset 18, float32, torch.export.export's graph).
 
   python tools/coverage.py [-j 2] [--ops a,b,c] [--no-torch-onnx]
   python tools/coverage.py --targets-only   (the targets table alone, from the current build)
+  python tools/coverage.py --moduleinfo-only [-j 2]   (the ModuleInfo section alone)
+
+The ModuleInfo section: PyTorch's ModuleInfo samples (module_db, every nn
+module class and sample, float32, eval mode; tests/python/moduleinfo_harness.py)
+through pt2onnx and torch.onnx.export(dynamo=True), judged the same way.
 
 `make coverage` runs it (long: tens of minutes on 2 cores)."""
 
@@ -24,6 +29,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from opinfo_run import _work  # noqa: E402
+import moduleinfo_run  # noqa: E402
 
 # (config name, dtype, opset, form, exporter)
 RUNS = [
@@ -90,6 +96,130 @@ def op_reason(sample_rows, expected, op, dtype, opset, form):
 
 
 TARGETS_HEADING = "## Converted ATen targets and their opsets\n"
+MODULEINFO_HEADING = "## ModuleInfo (whole nn modules)\n"
+MODULEINFO_EXPORTERS = ("pt2onnx", "torch.onnx")
+
+
+def module_rates(rows):
+    cap = ok = mods = mods_ok = 0
+    for r in rows:
+        c = [s for s in r["samples"] if s["outcome"] not in ("capture", "no-ort-kernel")]
+        cap += len(c)
+        ok += sum(s["outcome"] == "pass" for s in c)
+        if c:
+            mods += 1
+            mods_ok += all(s["outcome"] == "pass" for s in c)
+    return dict(samples=sum(len(r["samples"]) for r in rows), capturable=cap, passed=ok,
+                modules=mods, modules_passed=mods_ok, sample_rate=ok / cap if cap else 0.0,
+                module_rate=mods_ok / mods if mods else 0.0)
+
+
+def run_moduleinfo(j, with_torch_onnx=True):
+    import moduleinfo_harness as mh
+
+    names = [mh.module_id(m) for m in mh.module_db()]
+    out = {}
+    for ex in MODULEINFO_EXPORTERS:
+        if ex == "torch.onnx" and not with_torch_onnx:
+            continue
+        t0 = time.time()
+        out[ex] = moduleinfo_run.run(names, "float32", ex, j)
+        r = module_rates(out[ex])
+        print(f"ModuleInfo float32 {ex:10s} samples {r['passed']}/{r['capturable']} modules "
+              f"{r['modules_passed']}/{r['modules']}  ({time.time() - t0:.0f} s)", flush=True)
+    return out
+
+
+def _first_failure(samples):
+    for i, s in enumerate(samples):
+        if s["outcome"] not in ("pass", "capture", "no-ort-kernel"):
+            return f"sample {i}: {s['outcome']}: {s['detail'].splitlines()[0][:140]}"
+    return ""
+
+
+def moduleinfo_section(mres, date):
+    """The ModuleInfo section's lines (rates, then per module class)."""
+    import moduleinfo_harness as mh
+
+    expected = mh.load_expected()
+    L = [MODULEINFO_HEADING]
+    L.append(f"Run {date} (`tools/coverage.py`; `--moduleinfo-only` reruns this section alone). "
+             "Judge: PyTorch's ModuleInfo database "
+             "(`torch.testing._internal.common_modules.module_db`: every nn module class and "
+             "every sample of its `module_inputs_func`, the samples torch's own module tests use), "
+             "float32, eval mode, the module built from the sample's constructor arguments, "
+             "exported with the sample's forward args/kwargs at opset 18, run in onnxruntime and "
+             "compared with eager PyTorch (atol/rtol 1e-4, outputs' count, dtypes and shapes "
+             "exact) on the sample's inputs and again on the same-shape inputs with each "
+             "tensor's elements permuted. Samples torch.export cannot capture are not counted. "
+             "torch.onnx is `torch.onnx.export(module, args, kwargs=..., dynamo=True)` on the "
+             "same samples in the same run. `make test` runs the pt2onnx half "
+             "(tests/python/test_moduleinfo.py, expected failures in "
+             "tests/python/moduleinfo_expected.txt).\n")
+    L.append("| exporter | samples passed | sample rate | module classes passing all samples "
+             "| class rate | not capturable |")
+    L.append("|---|---|---|---|---|---|")
+    for ex, rows in mres.items():
+        r = module_rates(rows)
+        L.append(f"| {ex} | {r['passed']}/{r['capturable']} | {r['sample_rate']:.1%} | "
+                 f"{r['modules_passed']}/{r['modules']} | {r['module_rate']:.1%} | "
+                 f"{r['samples'] - r['capturable']} |")
+    base = {r["module"]: r for r in mres.get("pt2onnx", [])}
+    other = {r["module"]: r for r in mres.get("torch.onnx", [])}
+
+    def frac(row):
+        if row is None:
+            return "-"
+        c = [s for s in row["samples"] if s["outcome"] not in ("capture", "no-ort-kernel")]
+        if not c:
+            return "not capturable"
+        return f"{sum(s['outcome'] == 'pass' for s in c)}/{len(c)}"
+
+    L.append("\n| module class | pt2onnx | torch.onnx | why pt2onnx fails | why torch.onnx fails |")
+    L.append("|---|---|---|---|---|")
+    for name in sorted(base):
+        row = base[name]
+        why = _first_failure(row["samples"])
+        if why:
+            reasons = sorted({e.reason for i, s in enumerate(row["samples"])
+                              if s["outcome"] not in ("pass", "capture")
+                              for e in [mh.expected_failure(expected, name, "float32", i)] if e})
+            if reasons:
+                why = "expected: " + "; ".join(reasons)
+        cap = [s for s in row["samples"] if s["outcome"] == "capture"]
+        if cap and not why:
+            why = f"({len(cap)} not capturable: {cap[0]['detail'].splitlines()[0][:100]})"
+        o = other.get(name)
+        owhy = _first_failure(o["samples"]) if o else ""
+        L.append(f"| `{name}` | {frac(row)} | {frac(o)} | {why.replace('|', '/')} | "
+                 f"{owhy.replace('|', '/')} |")
+    L.append("")
+    return L
+
+
+def refresh_moduleinfo(out_md, out_json, j, with_torch_onnx=True):
+    """Reruns only the ModuleInfo section of an existing coverage.md (and its
+    numbers in coverage.json)."""
+    mres = run_moduleinfo(j, with_torch_onnx)
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    with open(out_md) as fh:
+        text = fh.read()
+    if MODULEINFO_HEADING in text:
+        head, rest = text.split(MODULEINFO_HEADING, 1)
+        tail = TARGETS_HEADING + rest.split(TARGETS_HEADING, 1)[1]
+    else:
+        head, rest = text.split(TARGETS_HEADING, 1)
+        tail = TARGETS_HEADING + rest
+    with open(out_md, "w") as fh:
+        fh.write(head + "\n".join(moduleinfo_section(mres, date)) + "\n" + tail)
+    data = {}
+    if os.path.exists(out_json):
+        with open(out_json) as fh:
+            data = json.load(fh)
+    data["moduleinfo"] = {f"float32/{ex}": module_rates(rows) for ex, rows in mres.items()}
+    data["moduleinfo_date"] = date
+    with open(out_json, "w") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True)
 
 
 def targets_table(refreshed=None):
@@ -124,15 +254,19 @@ def refresh_targets(out_md):
         fh.write(head + "\n".join(targets_table(refreshed=date)) + "\n")
 
 
-def write(results, out_md, out_json):
+def write(results, out_md, out_json, mres=None):
     import opinfo_harness as h
     import pt2onnx
 
     expected = h.load_expected()
     summary = {f"{cfg}/{ex}": rates(rows) for (cfg, ex), rows in results.items()}
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    data = {"date": date, "summary": summary}
+    if mres:
+        data["moduleinfo"] = {f"float32/{ex}": module_rates(rows) for ex, rows in mres.items()}
+        data["moduleinfo_date"] = date
     with open(out_json, "w") as fh:
-        json.dump({"date": date, "summary": summary}, fh, indent=1, sort_keys=True)
+        json.dump(data, fh, indent=1, sort_keys=True)
 
     L = []
     L.append("# Operator coverage\n")
@@ -191,6 +325,8 @@ def write(results, out_md, out_json):
             L.append(f"- `{op}`: {why}")
         L.append("\n</details>\n")
 
+    if mres:
+        L += moduleinfo_section(mres, date)
     L += targets_table()
     with open(out_md, "w") as fh:
         fh.write("\n".join(L) + "\n")
@@ -204,10 +340,18 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "coverage.md"))
     ap.add_argument("--targets-only", action="store_true",
                     help="refresh only the targets table of an existing coverage.md")
+    ap.add_argument("--moduleinfo-only", action="store_true",
+                    help="rerun only the ModuleInfo section of an existing coverage.md")
+    ap.add_argument("--no-moduleinfo", action="store_true")
     a = ap.parse_args()
     if a.targets_only:
         refresh_targets(a.out)
         print("refreshed the targets table of", a.out)
+        return
+    if a.moduleinfo_only:
+        refresh_moduleinfo(a.out, os.path.splitext(a.out)[0] + ".json", a.j,
+                           not a.no_torch_onnx)
+        print("refreshed the ModuleInfo section of", a.out)
         return
     import opinfo_harness as h
 
@@ -216,8 +360,9 @@ def main():
         want = set(a.ops.split(","))
         names = [n for n in names if n in want]
     results = run_all(names, a.j, not a.no_torch_onnx)
+    mres = None if a.no_moduleinfo or a.ops else run_moduleinfo(a.j, not a.no_torch_onnx)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    write(results, a.out, os.path.splitext(a.out)[0] + ".json")
+    write(results, a.out, os.path.splitext(a.out)[0] + ".json", mres)
     print("wrote", a.out)
 
 

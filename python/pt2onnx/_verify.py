@@ -88,6 +88,20 @@ def _grown(args, kwargs, sess):
     return torch.utils._pytree.tree_map(grow, (args, kwargs or {}))
 
 
+def _dtype_differs(got: np.dtype, want: np.dtype, tensor: bool) -> str:
+    """Why an output's dtype is wrong, '' when it is right: equal for tensor
+    outputs, except float16 where PyTorch computed float32 (a model exported
+    with dtype=torch.float16, verified against the float32 module); of the same
+    kind (float / int / bool) for Python numbers, whose width torch does not
+    fix."""
+    if got == want:
+        return ""
+    if got.kind == want.kind and (not tensor or {got, want} == {np.dtype(np.float16),
+                                                                np.dtype(np.float32)}):
+        return ""
+    return f"dtype {got}, PyTorch {want}"
+
+
 class _TorchRefused(Exception):
     """PyTorch itself rejects the inputs (sizes outside a model constraint)."""
 
@@ -99,7 +113,9 @@ def _compare(sess, model, args, kwargs, atol, rtol) -> dict[str, Any]:
             out = model(*args, **(kwargs or {}))
     except Exception as e:
         raise _TorchRefused(f"{type(e).__name__}: {e}") from e
-    expected = [_as_numpy(v) for v in _leaves(out) if isinstance(v, (torch.Tensor, int, float))]
+    leaves = [v for v in _leaves(out) if isinstance(v, (torch.Tensor, int, float))]
+    expected = [_as_numpy(v) for v in leaves]
+    from_tensor = [isinstance(v, torch.Tensor) for v in leaves]
     try:
         got = sess.run(None, feeds)
     except Exception as e:
@@ -110,9 +126,15 @@ def _compare(sess, model, args, kwargs, atol, rtol) -> dict[str, Any]:
         raise VerificationError(f"verify: the model has {len(got)} outputs, PyTorch gives "
                                 f"{len(expected)}")
     diffs, bad = {}, []
-    for name, g, e in zip(names, got, expected):
+    for name, g, e, tensor in zip(names, got, expected, from_tensor):
+        # Exact shapes: numpy's comparisons broadcast, so a (1,) output where
+        # PyTorch gives a 0-d tensor would otherwise pass.
         if g.shape != e.shape:
             bad.append(f"{name}: shape {g.shape}, PyTorch {e.shape}")
+            continue
+        why = _dtype_differs(g.dtype, e.dtype, tensor)
+        if why:
+            bad.append(f"{name}: {why}")
             continue
         d = np.abs(g.astype(np.float64) - e.astype(np.float64)) if g.size else np.zeros(1)
         finite = np.isfinite(d)

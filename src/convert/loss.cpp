@@ -401,6 +401,8 @@ void multilabel_margin_loss(Ctx& c) {
       c.b.op("And", {c.unsqueeze(valid, {2}), c.b.op("Not", {c.unsqueeze(is_target, {1})})});
   z = e.where(mask, z, e.k(0.0));
   std::string y = e.div(c.reduce("ReduceSum", z, {1, 2}, false), dim_as(e, x, 1));
+  // A 1-D (or 0-d) input is one sample: its loss is 0-d, not [1].
+  if (in_rank < 2) y = c.reshape(y, c.b.const_i64(std::vector<int64_t>{}));
   e.done_like_meta(e.reduced(y, reduction_of(c)));
   if (c.n_outputs() > 1) {
     std::string it = c.cast(is_target, e.t);

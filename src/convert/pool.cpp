@@ -341,6 +341,8 @@ void fractional_max_pool(Ctx& c, size_t n) {
   auto in = spatial(c, x, n, "fractional_max_pool");
   DType t = c.dtype(x);
   std::string u_all = c.cast(c.tensor("random_samples"), t);
+  // Unbatched: torch reads only the first row of samples (there may be more).
+  if (unbatched) u_all = c.b.op("Gather", {u_all, c.b.const_i64({0})}, {Attr::Int("axis", 0)});
   std::string nc = c.b.op("Shape", {x}, {Attr::Int("end", 2)});
   auto shape_with = [&](std::vector<int64_t> tail) {
     return c.b.op("Concat", {nc, c.b.const_i64(tail)}, {Attr::Int("axis", 0)});

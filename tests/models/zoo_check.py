@@ -55,7 +55,9 @@ def compare(name, path, seed=1):
         assert len(got) == len(expected), (len(got), len(expected))
         err = 0.0
         for g, e in zip(got, expected):
+            # Shapes and dtypes exactly: assert_allclose broadcasts ((1,) vs ()).
             assert g.shape == tuple(e.shape), (g.shape, tuple(e.shape))
+            assert g.dtype == e.numpy().dtype, (g.dtype, e.dtype)
             # atol scales with the output's magnitude: random weights without
             # trained normalization give some models (Inception) outputs of 1e10.
             scale = max(1.0, float(e.abs().max())) if e.numel() and e.is_floating_point() else 1.0

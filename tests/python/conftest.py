@@ -42,7 +42,9 @@ def assert_matches(model, path, inputs, atol=ATOL, rtol=RTOL):
     _, got = run_ort(path, {k: v.numpy() for k, v in inputs.items()})
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
-        assert g.shape == tuple(e.shape)
+        # Shapes and dtypes exactly: assert_allclose broadcasts ((1,) vs ()).
+        assert g.shape == tuple(e.shape), (g.shape, tuple(e.shape))
+        assert g.dtype == e.numpy().dtype, (g.dtype, e.dtype)
         np.testing.assert_allclose(g, e.numpy(), atol=atol, rtol=rtol)
 
 
@@ -143,6 +145,7 @@ def _op_types(path):
 
 # ---- OpInfo pass rates (test_opinfo.py), printed at the end of the run
 _OPINFO = {}
+_MODULEINFO = {}  # test_moduleinfo.py
 
 
 def pytest_runtest_logreport(report):
@@ -154,9 +157,44 @@ def pytest_runtest_logreport(report):
 
             d = json.loads(value)
             _OPINFO[(d["cfg"], d["op"])] = d
+        elif key == "moduleinfo":
+            import json
+
+            d = json.loads(value)
+            _MODULEINFO[(d["cfg"], d["module"])] = d
+
+
+def _moduleinfo_summary(tr):
+    by_cfg = {}
+    for (cfg, _), d in _MODULEINFO.items():
+        by_cfg.setdefault(cfg, []).append(d)
+    tr.write_sep("=", "ModuleInfo pass rates (judged samples; module classes with every sample "
+                      "passing)")
+    for cfg, ds in sorted(by_cfg.items()):
+        cap = sum(d["captured"] for d in ds)
+        ok = sum(d["passed"] for d in ds)
+        mods = [d for d in ds if d["captured"]]
+        mods_ok = sum(d["passed"] == d["captured"] for d in mods)
+        tr.write_line(f"{cfg:16s} samples {ok}/{cap} = {ok / max(cap, 1):6.1%}   modules "
+                      f"{mods_ok}/{len(mods)} = {mods_ok / max(len(mods), 1):6.1%}   (not "
+                      f"capturable: {sum(d['not_capturable'] for d in ds)}, no onnxruntime "
+                      f"kernel: {sum(d['no_ort_kernel'] for d in ds)}; also judged on permuted "
+                      f"inputs: {sum(d['second_checked'] for d in ds)})")
+    import json
+
+    cov = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "coverage.json")
+    if os.path.exists(cov):
+        with open(cov) as fh:
+            data = json.load(fh)
+        for key, r in sorted(data.get("moduleinfo", {}).items()):
+            tr.write_line(f"coverage run {data.get('date')}: {key:22s} samples "
+                          f"{r['passed']}/{r['capturable']} = {r['sample_rate']:6.1%}   modules "
+                          f"{r['modules_passed']}/{r['modules']} = {r['module_rate']:6.1%}")
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _MODULEINFO:
+        _moduleinfo_summary(terminalreporter)
     if not _OPINFO:
         return
     by_cfg = {}
