@@ -18,6 +18,13 @@ expect:
   (8 for SD's UNet), as the file is captured on such sizes: diffusers'
   resampling branch for other sizes is not in it, and onnxruntime then stops
   with a shape error in a Concat;
+- or, for a PixArt-style pipeline (a PixArtTransformer2DModel denoiser and a
+  T5EncoderModel text encoder): `text_encoder/model.onnx`: input_ids,
+  attention_mask (int64) -> last_hidden_state; `transformer/model.onnx`:
+  hidden_states, timestep (as the UNet's), encoder_hidden_states,
+  encoder_attention_mask -> out_hidden_states (with a learned variance its
+  channels are twice the latent's, as the model returns them); height and
+  width multiples of the patch size;
 - `vae_decoder/model.onnx`: latent_sample -> sample (AutoencoderKL.decode;
   the pipeline divides the latents by the VAE's scaling_factor first, as
   diffusers' pipelines do).
@@ -77,6 +84,33 @@ class _UNet(torch.nn.Module):
         return self.model(sample, t, encoder_hidden_states, return_dict=False)[0]
 
 
+class _T5TextEncoder(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                          return_dict=True).last_hidden_state
+
+
+class _Transformer(torch.nn.Module):
+    """A PixArt-style transformer denoiser (text conditioning with a mask, no
+    added resolution / aspect-ratio conditioning); timestep as _UNet's."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, hidden_states, timestep, encoder_hidden_states, encoder_attention_mask):
+        rows = torch.arange(hidden_states.shape[0], device=hidden_states.device)
+        t = timestep.to(hidden_states.dtype)[rows % timestep.shape[0]]
+        return self.model(hidden_states, encoder_hidden_states=encoder_hidden_states,
+                          timestep=t, encoder_attention_mask=encoder_attention_mask,
+                          added_cond_kwargs={"resolution": None, "aspect_ratio": None},
+                          return_dict=False)[0]
+
+
 class _VaeDecoder(torch.nn.Module):
     def __init__(self, model):
         super().__init__()
@@ -120,6 +154,26 @@ def _unet_inputs(model, batch, h, w):
             "encoder_hidden_states": torch.randn(batch, 7 + batch, cross)}
 
 
+def _t5_inputs(model, batch, seq, _):
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq))
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    if batch > 1 and seq > 1:
+        mask[0, -1] = 0  # a padded prompt: the mask is live data
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _transformer_inputs(model, batch, h, w):
+    cfg = model.config
+    steps = 1 if batch % 2 else batch
+    seq = 5 + batch
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[0, -2:] = 0
+    return {"hidden_states": torch.randn(batch, cfg.in_channels, h, w),
+            "timestep": torch.rand(steps) * 999.0,
+            "encoder_hidden_states": torch.randn(batch, seq, cfg.caption_channels),
+            "encoder_attention_mask": mask}
+
+
 def _vae_inputs(model, batch, h, w):
     return {"latent_sample": torch.randn(batch, model.config.latent_channels, h, w)}
 
@@ -132,7 +186,14 @@ def _latent_multiple(unet) -> int:
 
 def _components(models: dict[str, torch.nn.Module]) -> list[_Component]:
     out = []
-    if "text_encoder" in models:
+    if "text_encoder" in models and "transformer" in models:  # PixArt: a T5 encoder
+        out.append(_Component(
+            "text_encoder", "text_encoder", _T5TextEncoder, ["input_ids", "attention_mask"],
+            ["last_hidden_state"],
+            {"input_ids": {0: "batch_size", 1: "sequence_length"},
+             "attention_mask": {0: "batch_size", 1: "sequence_length"}}, _t5_inputs, (2, 8, 0),
+            [(1, 5, 0), (3, 13, 0)]))
+    elif "text_encoder" in models:
         max_pos = models["text_encoder"].config.max_position_embeddings
         seq = min(8, max_pos)
         out.append(_Component(
@@ -148,6 +209,16 @@ def _components(models: dict[str, torch.nn.Module]) -> list[_Component]:
              "encoder_hidden_states": {0: "batch_size", 1: "sequence_length"}},
             _unet_inputs, (2, 4 * m, 2 * m), [(1, 2 * m, 3 * m), (3, 3 * m, 2 * m),
                                                (4, m, m)]))
+    if "transformer" in models:
+        p = models["transformer"].config.patch_size
+        out.append(_Component(
+            "transformer", "transformer", _Transformer,
+            ["hidden_states", "timestep", "encoder_hidden_states", "encoder_attention_mask"],
+            ["out_hidden_states"],
+            {"hidden_states": {0: "batch_size", 2: "height", 3: "width"}, "timestep": {0: "steps"},
+             "encoder_hidden_states": {0: "batch_size", 1: "sequence_length"},
+             "encoder_attention_mask": {0: "batch_size", 1: "sequence_length"}},
+            _transformer_inputs, (2, 8 * p, 6 * p), [(1, 4 * p, 10 * p), (3, 6 * p, 6 * p)]))
     if "vae" in models:
         out.append(_Component(
             "vae_decoder", "vae", _VaeDecoder, ["latent_sample"], ["sample"],
@@ -192,9 +263,11 @@ def _load(path: str, name: str, spec: Any) -> torch.nn.Module:
 
 def load_pipeline_models(path: str | os.PathLike) -> dict[str, torch.nn.Module]:
     """The networks this module exports from the pipeline directory `path`:
-    text_encoder, unet, vae (those present), in eval mode and fp32. Raises a
-    ValueError naming what is not supported (another denoiser than a UNet, a
-    UNet with added conditioning, a text encoder other than CLIP's)."""
+    text_encoder, unet or transformer, vae (those present), in eval mode and
+    fp32. Raises a ValueError naming what is not supported (another denoiser
+    than a UNet2DConditionModel or a PixArtTransformer2DModel, added
+    conditioning, several text encoders, a text encoder other than CLIP's
+    beside a UNet or T5's beside a transformer)."""
     path = os.fspath(path)
     index = _read_index(path)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -204,20 +277,37 @@ def load_pipeline_models(path: str | os.PathLike) -> dict[str, torch.nn.Module]:
         hf.prepare()
     except ImportError:
         pass
-    for other in ("transformer", "prior", "decoder"):
-        if isinstance(index.get(other), list) and index[other][0] is not None:
-            raise ValueError(f"{path}: the pipeline's denoiser is {other} "
-                             f"({'.'.join(index[other])}); export_pipeline supports UNet "
-                             "pipelines (Stable Diffusion 1.x / 2.x style) only")
-    models = {}
-    for name in ("text_encoder", "unet", "vae"):
+    def present(name):
         spec = index.get(name)
-        if spec is None or (isinstance(spec, list) and spec and spec[0] is None):
-            continue
-        models[name] = _load(path, name, spec)
+        return isinstance(spec, list) and bool(spec) and spec[0] is not None
+
+    for other in ("prior", "decoder", "text_encoder_2", "text_encoder_3"):
+        if present(other):
+            raise ValueError(f"{path}: the pipeline has a {other} ({'.'.join(index[other])}); "
+                             "export_pipeline supports Stable Diffusion 1.x / 2.x style UNet "
+                             "pipelines and PixArt-style transformer pipelines (one text "
+                             "encoder)")
+    if present("transformer") and index["transformer"][1] != "PixArtTransformer2DModel":
+        raise ValueError(f"{path}: the pipeline's denoiser is {'.'.join(index['transformer'])}; "
+                         "export_pipeline supports UNet2DConditionModel and "
+                         "PixArtTransformer2DModel denoisers")
+    models = {}
+    for name in ("text_encoder", "unet", "transformer", "vae"):
+        if present(name):
+            models[name] = _load(path, name, index[name])
+    if "transformer" in models:
+        te = models.get("text_encoder")
+        if te is not None and type(te).__name__ != "T5EncoderModel":
+            raise ValueError(f"{path}: text_encoder is {type(te).__name__}; export_pipeline "
+                             "supports a T5EncoderModel beside a PixArt transformer")
+        if models["transformer"].use_additional_conditions:
+            raise ValueError(f"{path}: the transformer takes resolution / aspect-ratio "
+                             "conditioning (PixArt-alpha 1024px); export_pipeline supports "
+                             "text conditioning only")
+        return models
     if "unet" not in models:
-        raise ValueError(f"{path}: the pipeline has no unet (model_index.json lists "
-                         f"{', '.join(k for k in index if not k.startswith('_'))})")
+        raise ValueError(f"{path}: the pipeline has no unet or transformer (model_index.json "
+                         f"lists {', '.join(k for k in index if not k.startswith('_'))})")
     unet = models["unet"]
     if type(unet).__name__ != "UNet2DConditionModel":
         raise ValueError(f"{path}: unet is {type(unet).__name__}; export_pipeline supports "
@@ -270,7 +360,7 @@ def export_pipeline(
 ) -> dict[str, ExportResult]:
     """Exports the local diffusers pipeline directory `path` (see the module
     docstring) to `out_dir` (default: `<path>/onnx`): text_encoder/model.onnx,
-    unet/model.onnx, vae_decoder/model.onnx (weights in model.onnx.data
+    unet/model.onnx (or transformer/model.onnx), vae_decoder/model.onnx (weights in model.onnx.data
     beside each), plus the scheduler / tokenizer folders and model_index.json
     copied. With verify=True (default) every file is compared in onnxruntime
     with PyTorch on fresh inputs of other sizes than the export's (batch,
@@ -317,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="pt2onnx-diffusers",
         description="Export a local diffusers pipeline directory (Stable Diffusion style: "
-                    "text_encoder, unet, vae decoder) to ONNX files and verify them in "
+                    "text_encoder, unet, vae decoder; or PixArt style: text_encoder, "
+                    "transformer, vae decoder) to ONNX files and verify them in "
                     "onnxruntime (never reaches the network).")
     p.add_argument("path", help="pipeline directory (model_index.json, as save_pretrained "
                                 "writes it)")

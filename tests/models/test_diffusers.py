@@ -218,13 +218,14 @@ def test_errors(saved, tmp_path):
     index["transformer"] = ["diffusers", "DiTTransformer2DModel"]
     del index["unet"]
     (other / "model_index.json").write_text(json.dumps(index))
-    with pytest.raises(ValueError, match="UNet pipelines"):
+    with pytest.raises(ValueError, match="supports UNet2DConditionModel and "
+                                         "PixArtTransformer2DModel denoisers"):
         pd.export_pipeline(other)
 
 
-# ---- transformer denoisers (DiT-style): the networks alone -----------------------------------
-# export_pipeline takes UNet pipelines only; these check that the denoisers of
-# SD3 and PixArt pipelines convert with dynamic batch, height, width and
+# ---- transformer denoisers (DiT-style) ----------------------------------------------------------
+# A PixArt pipeline through export_pipeline; SD3's and PixArt's denoisers alone
+# (export_pipeline does not take SD3 pipelines): they convert with dynamic batch, height, width and
 # sequence length (PixArt's position embedding divides sizes with Python's
 # `/`, a SymFloat in the graph).
 
@@ -293,3 +294,39 @@ def test_transformer_denoiser(build, tmp_path):
         got = sess.run(None, {k: v.numpy() for k, v in feeds.items()})[0]
         assert got.shape == ref.shape == (size[0], model.config.out_channels, *size[1:3])
         np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_pixart_pipeline(tmp_path):
+    """A PixArt-style pipeline (T5 text encoder, PixArt transformer, VAE):
+    export_pipeline writes text_encoder / transformer / vae_decoder files with
+    their names and dims, each verified against PyTorch at other sizes (batch,
+    prompt length with padding, height, width; both timestep forms)."""
+    from diffusers import AutoencoderKL, DDIMScheduler, PixArtAlphaPipeline
+    from transformers import T5Config, T5EncoderModel
+
+    torch.manual_seed(0)
+    model, _ = _pixart()
+    text = T5EncoderModel(T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=37, num_layers=2,
+                                   num_heads=4, relative_attention_num_buckets=8))
+    vae = AutoencoderKL(block_out_channels=(16, 32), latent_channels=4, norm_num_groups=8,
+                        down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2)
+    pipe = PixArtAlphaPipeline(tokenizer=None, text_encoder=text, vae=vae, transformer=model,
+                               scheduler=DDIMScheduler())
+    path, out = str(tmp_path / "pixart"), str(tmp_path / "onnx")
+    pipe.save_pretrained(path)
+    results = pd.export_pipeline(path, out)
+    assert sorted(results) == ["text_encoder", "transformer", "vae_decoder"]
+    for r in results.values():
+        assert r.checks["max_abs_error"] < 1e-4 and len(r.checks["verified_inputs"]) >= 2
+    m = onnx.load(os.path.join(out, "transformer", "model.onnx"), load_external_data=False)
+    assert [i.name for i in m.graph.input] == ["hidden_states", "timestep",
+                                               "encoder_hidden_states", "encoder_attention_mask"]
+    assert [o.name for o in m.graph.output] == ["out_hidden_states"]
+    dims = [d.dim_param or d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["batch_size", 4, "height", "width"]
+    m = onnx.load(os.path.join(out, "text_encoder", "model.onnx"), load_external_data=False)
+    assert [i.name for i in m.graph.input] == ["input_ids", "attention_mask"]
+    assert [o.name for o in m.graph.output] == ["last_hidden_state"]
+    index = json.load(open(os.path.join(out, "model_index.json")))
+    assert "vae_decoder" in index and "transformer" in index
