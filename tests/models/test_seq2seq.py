@@ -5,7 +5,6 @@ generate(do_sample=False) token for token, for T5, BART, Marian and Whisper.
 Random weights from small configs, saved with save_pretrained; no hub."""
 
 import os
-import socket
 
 import numpy as np
 import onnx
@@ -14,6 +13,7 @@ import torch
 
 import zoo  # noqa: F401  (keeps torchvision's operator registrations out)
 from pt2onnx import hf
+from test_hf import no_network  # noqa: F401  (the fixture refuses the network)
 from zoo_check import ort_session
 
 NEW_TOKENS = 8
@@ -60,16 +60,6 @@ MODELS = {"t5": _t5, "bart": _bart, "marian": _marian, "whisper": _whisper}
 # inputs and (text) with the padding unmasked (checked below): a wrong mask or
 # cross cache changes them.
 WEIGHT_STD = {"t5": 0.2, "bart": 0.2, "marian": 0.3, "whisper": 0.2}
-
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any attempt to open a connection fails the test."""
-    def refuse(*a, **k):
-        raise AssertionError("tried to reach the network")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 def _dims(value_info):

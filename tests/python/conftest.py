@@ -180,16 +180,23 @@ def _moduleinfo_summary(tr):
                       f"capturable: {sum(d['not_capturable'] for d in ds)}, no onnxruntime "
                       f"kernel: {sum(d['no_ort_kernel'] for d in ds)}; also judged on permuted "
                       f"inputs: {sum(d['second_checked'] for d in ds)})")
+    data = _coverage_run()
+    for key, r in sorted(data.get("moduleinfo", {}).items()):
+        tr.write_line(f"coverage run {data.get('moduleinfo_date')}: {key:22s} samples "
+                      f"{r['passed']}/{r['capturable']} = {r['sample_rate']:6.1%}   modules "
+                      f"{r['modules_passed']}/{r['modules']} = {r['module_rate']:6.1%}")
+
+
+def _coverage_run() -> dict:
+    """docs/coverage.json: torch.onnx's rates on the same samples, measured by
+    `make coverage` (too slow for every test run); {} when absent."""
     import json
 
     cov = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "coverage.json")
-    if os.path.exists(cov):
-        with open(cov) as fh:
-            data = json.load(fh)
-        for key, r in sorted(data.get("moduleinfo", {}).items()):
-            tr.write_line(f"coverage run {data.get('date')}: {key:22s} samples "
-                          f"{r['passed']}/{r['capturable']} = {r['sample_rate']:6.1%}   modules "
-                          f"{r['modules_passed']}/{r['modules']} = {r['module_rate']:6.1%}")
+    if not os.path.exists(cov):
+        return {}
+    with open(cov) as fh:
+        return json.load(fh)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -213,13 +220,8 @@ def pytest_terminal_summary(terminalreporter):
                       f"(not capturable: {skipped} samples)")
     # torch.onnx on the same samples: measured by `make coverage` (too slow
     # for every test run); shown with the date of that run.
-    import json
-
-    cov = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "coverage.json")
-    if os.path.exists(cov):
-        with open(cov) as fh:
-            data = json.load(fh)
-        for key, r in sorted(data.get("summary", {}).items()):
-            tr.write_line(f"coverage run {data.get('date')}: {key:34s} samples "
-                          f"{r['passed']}/{r['capturable']} = {r['sample_rate']:6.1%}   ops "
-                          f"{r['ops_passed']}/{r['ops']} = {r['op_rate']:6.1%}")
+    data = _coverage_run()
+    for key, r in sorted(data.get("summary", {}).items()):
+        tr.write_line(f"coverage run {data.get('date')}: {key:34s} samples "
+                      f"{r['passed']}/{r['capturable']} = {r['sample_rate']:6.1%}   ops "
+                      f"{r['ops_passed']}/{r['ops']} = {r['op_rate']:6.1%}")

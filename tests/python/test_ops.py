@@ -288,6 +288,14 @@ def test_unrolled_jacobi_spectra(shape):
         np.testing.assert_allclose(g, e.numpy(), atol=1e-4, rtol=1e-4, err_msg=f"output {i}")
 
 
+def _assert_exact(got, expected):
+    """onnxruntime's outputs equal PyTorch's exactly: count, dtype, shape, values."""
+    assert len(got) == len(expected)
+    for k, (g, e) in enumerate(zip(got, expected)):
+        assert g.dtype == e.numpy().dtype and g.shape == tuple(e.shape), k
+        np.testing.assert_array_equal(g, e.numpy(), err_msg=f"output {k}")
+
+
 @pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
 @pytest.mark.parametrize("opset", [13, 18])
 def test_gcd_lcm_edge_values(dtype, opset):
@@ -362,10 +370,7 @@ def test_bitwise_before_opset18_edge_values(dtype):
                        dynamic_shapes=(({0: torch.export.Dim.DYNAMIC}, {0: torch.export.Dim.DYNAMIC}),))
     _, got = run_ort(r.model_bytes, {"xs_0": a.numpy(), "xs_1": b.numpy()})
     expected = model(a, b)
-    assert len(got) == len(expected)
-    for k, (g, e) in enumerate(zip(got, expected)):
-        assert g.dtype == e.numpy().dtype and g.shape == tuple(e.shape), k
-        np.testing.assert_array_equal(g, e.numpy(), err_msg=f"output {k}")
+    _assert_exact(got, expected)
 
 
 @pytest.mark.parametrize("align", [False, True])
@@ -410,7 +415,4 @@ def test_narrow_int_arithmetic_opset13(dtype):
     r = pt2onnx.export(model, (a, b), None, opset=13)
     _, got = run_ort(r.model_bytes, {"xs_0": a.numpy(), "xs_1": b.numpy()})
     expected = model(a, b)
-    assert len(got) == len(expected)
-    for k, (g, e) in enumerate(zip(got, expected)):
-        assert g.dtype == e.numpy().dtype and g.shape == tuple(e.shape), k
-        np.testing.assert_array_equal(g, e.numpy(), err_msg=f"output {k}")
+    _assert_exact(got, expected)
