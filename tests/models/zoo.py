@@ -33,7 +33,7 @@ hide_torchvision_ops()
 class Entry:
     name: str
     family: str  # classic (torch.onnx's docs), torchvision, transformers, timm, state-space,
-    # video, audio, detection
+    # video, audio, detection, moe, diffusion
     build: Callable[[], tuple[nn.Module, Callable[[int, int], dict], dict]]
     export_size: tuple[int, int] = (2, 8)  # (batch, seq)
     check_sizes: list = field(default_factory=lambda: [(1, 5), (3, 11)])
@@ -579,6 +579,75 @@ MORE_TIMM = [
 ]
 
 
+# ---- mixture of experts, diffusion ------------------------------------------------
+
+def _hf_moe(config_cls, model_cls, **kw):
+    """A transformers MoE decoder (its default grouped_mm experts), logits of
+    a padded batch without cache."""
+    return _hf(config_cls, model_cls, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, num_experts_per_tok=2, max_position_embeddings=64,
+               use_cache=False, **kw)
+
+
+class _Denoise(nn.Module):
+    """A diffusers denoiser's noise prediction (return_dict=False)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, sample, timestep, encoder_hidden_states):
+        return self.model(sample, timestep, encoder_hidden_states, return_dict=False)[0]
+
+
+def _diffusers_unet():
+    from diffusers import UNet2DConditionModel
+
+    model = _Denoise(UNet2DConditionModel(
+        block_out_channels=(32, 64), layers_per_block=1, sample_size=16, in_channels=4,
+        out_channels=4, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=32,
+        attention_head_dim=8, norm_num_groups=8))
+
+    def make(batch, seq):  # seq: the prompt's length
+        return {"sample": torch.randn(batch, 4, 16, 16), "timestep": torch.rand(batch) * 999,
+                "encoder_hidden_states": torch.randn(batch, seq, 32)}
+
+    return model, make, {"sample": {0: B}, "timestep": {0: B},
+                         "encoder_hidden_states": {0: B, 1: S}}
+
+
+def _diffusers_vae_decoder():
+    from diffusers import AutoencoderKL
+
+    class Decode(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.vae = AutoencoderKL(
+                block_out_channels=(16, 32), latent_channels=4, norm_num_groups=8,
+                down_block_types=("DownEncoderBlock2D",) * 2,
+                up_block_types=("UpDecoderBlock2D",) * 2)
+
+        def forward(self, latent_sample):
+            return self.vae.decode(latent_sample, return_dict=False)[0]
+
+    def make(batch, seq):
+        return {"latent_sample": torch.randn(batch, 4, 8, 8)}
+
+    return Decode(), make, {"latent_sample": {0: B}}
+
+
+MOE_DIFFUSION = [
+    ("hf_mixtral", "moe", _hf_moe("MixtralConfig", "MixtralForCausalLM", intermediate_size=64,
+                                  num_local_experts=4)),
+    ("hf_qwen3_moe", "moe", _hf_moe("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                                    intermediate_size=128, moe_intermediate_size=32, head_dim=16,
+                                    num_experts=4, decoder_sparse_step=1, norm_topk_prob=True)),
+    ("diffusers_unet", "diffusion", _diffusers_unet),
+    ("diffusers_vae_decoder", "diffusion", _diffusers_vae_decoder),
+]
+
+
 def _entries() -> list[Entry]:
     img32 = images(3, 32)
     img64 = images(3, 64)
@@ -637,6 +706,8 @@ def _entries() -> list[Entry]:
         *(Entry(name, family, b, export_size=EXPORT_SIZES.get(name, (2, 8)),
                 check_sizes=CHECK_SIZES.get(name, [(1, 5), (3, 11)]))
           for name, family, b in NEW_ENTRIES),
+        # mixture of experts, diffusion
+        *(Entry(name, family, b) for name, family, b in MOE_DIFFUSION),
     ]
 
 
