@@ -307,7 +307,7 @@ class _OrtGraph:
             a = args[i]
             if a is not t and (not isinstance(a, torch.Tensor) or a.data_ptr() != ptr):
                 changed.append(i)
-            elif a._version != ver:
+            elif _version(a) != ver:
                 changed.append(i)
         return changed
 
@@ -349,7 +349,7 @@ class _OrtGraph:
         # it (hashing the whole model would cost more than generating that).
         key = (model if by_reference else self.gm.code,
                tuple(_val_key(p.meta.get("val")) for p in self.placeholders),
-               tuple((i, id(args[i]), args[i].data_ptr(), args[i]._version) for i in consts),
+               tuple((i, id(args[i]), args[i].data_ptr(), _version(args[i])) for i in consts),
                self.opts.opset, self.opts.target, self.opts.optimize,
                repr(self.opts.custom_functions), self.opts.session_key())
         with _sessions_lock:
@@ -373,7 +373,7 @@ class _OrtGraph:
         self.out_names = output_names
         self.runner = _Runner(session, self.feed_names, output_names, self.output_vals,
                               {} if self.opts.debug else self.in_place)
-        self.constants = [(i, args[i], args[i].data_ptr(), args[i]._version) for i in consts]
+        self.constants = [(i, args[i], args[i].data_ptr(), _version(args[i])) for i in consts]
         self.st.session_id = id(session)
         self.st.providers = list(session.get_providers())
         self.st.weights = len(consts)
@@ -494,6 +494,36 @@ class _OrtGraph:
         return f"output '{name}', produced by no node (an input or initializer)"
 
 
+def _version(t: torch.Tensor) -> int:
+    """t's in-place version; 0 for an inference tensor (made under
+    inference_mode: it keeps no version counter, and cannot be changed in
+    place outside inference_mode)."""
+    return 0 if t.is_inference() else t._version
+
+
+def _sym_sum_as_adds(graph: torch.fx.Graph) -> None:
+    """torch.sym_sum (dynamo's sum of sizes) as a chain of additions, which
+    torch's serializer writes (it has no sym_sum) and the C++ core converts."""
+    import operator
+
+    def val(x):
+        return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
+
+    for n in list(graph.nodes):
+        if n.op != "call_function" or n.target is not torch.sym_sum or not n.args[0]:
+            continue
+        terms = list(n.args[0])
+        acc = terms[0]
+        with graph.inserting_before(n):
+            for t in terms[1:]:
+                total = val(acc) + val(t)
+                acc = graph.call_function(operator.add, (acc, t))
+                acc.meta["val"] = total
+        if isinstance(acc, torch.fx.Node):
+            n.replace_all_uses_with(acc)
+            graph.erase_node(n)
+
+
 def _normalize_meta(fx_g) -> None:
     """AOTAutograd's nn_module_stack holds classes; torch's serializer wants
     their qualified names (as torch.export records them)."""
@@ -535,6 +565,7 @@ def _program(gm, consts, args, shape_env):
 
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
+    _sym_sum_as_adds(graph)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     specs, state, constants = [], {}, {}
     first = next(iter(graph.nodes))

@@ -444,7 +444,8 @@ void renorm(Ctx& c) {
 }
 
 // _weight_norm(v, g, dim): v * g / ||v||, the 2-norm over every axis but `dim` (over all of v
-// when dim is -1), kept for broadcasting against g.
+// when dim is -1), kept for broadcasting against g. _weight_norm_interface (what
+// torch.compile's graphs hold) also returns that norm.
 void weight_norm(Ctx& c) {
   DType t = c.out_dtype(), w = work_type(t);
   std::string v = c.cast(c.tensor("v"), w), g = c.cast(c.tensor("g"), w);
@@ -456,6 +457,7 @@ void weight_norm(Ctx& c) {
       axes.push_back(static_cast<int64_t>(k));
   std::string n = axes.empty() ? c.b.op("Abs", {v}) : vector_norm(c, v, 2.0, axes, true);
   c.set_output(0, c.cast(c.b.op("Mul", {v, c.b.op("Div", {g, n})}), t));
+  if (c.n_outputs() > 1) c.set_output(1, c.cast(n, c.out_dtype(1)));
 }
 
 // ---- scans
@@ -680,6 +682,7 @@ void register_reduce(Registry& r) {
   for (const char* o : {"linalg_norm.default", "linalg_norm.ord_str"}) r.add(p + o, linalg_norm);
   r.add(p + "renorm.default", renorm);
   r.add(p + "_weight_norm.default", weight_norm);
+  r.add(p + "_weight_norm_interface.default", weight_norm);
   r.add(p + "cumsum.default", cumsum);
   r.add(p + "cumprod.default", cumprod);
   r.add(p + "cummax.default", cummax);
