@@ -3,6 +3,7 @@
 #include "archive/unpickler.h"
 #include "ir/graph.h"
 #include "schema/program.h"
+#include "schema/versions.h"
 
 namespace pt2onnx {
 
@@ -68,10 +69,29 @@ void Pt2Archive::load() {
   load_current(first.substr(0, slash + 1));
 }
 
+std::string Pt2Archive::versions_read(const std::string& root) const {
+  std::string s;
+  if (const ZipEntry* m = zip_->find(root + "models/model.json"))
+    if (auto v = schema::peek_version(entry_text(*m)))
+      s = "the archive holds " + schema::describe(*v) + "; ";
+  return s + schema::supported_range();
+}
+
 void Pt2Archive::load_current(const std::string& root) {
+  // The layout's own versions (schema/versions.h): torch.export.load refuses
+  // any other too. An archive without them (older writers) is read by layout.
   if (const ZipEntry* f = zip_->find(root + "archive_format")) {
     std::string fmt = trim(entry_text(*f));
-    if (fmt != "pt2") throw Error(what_ + ": archive_format is '" + fmt + "', expected 'pt2'");
+    if (fmt != "pt2")
+      throw Error(what_ + ": archive_format is '" + fmt + "', expected 'pt2' (" +
+                  versions_read(root) + ")");
+  }
+  if (const ZipEntry* f = zip_->find(root + "archive_version")) {
+    std::string version = trim(entry_text(*f));
+    if (version != schema::kArchiveVersion)
+      throw Error(what_ + ": archive_version is '" + version +
+                  "': this pt2onnx reads archive version " + std::string(schema::kArchiveVersion) +
+                  " (" + versions_read(root) + ")");
   }
   if (const ZipEntry* bo = zip_->find(root + "byteorder")) {
     std::string order = trim(entry_text(*bo));

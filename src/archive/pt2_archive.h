@@ -47,6 +47,9 @@ class Pt2Archive {
                   std::vector<int64_t> strides, int64_t storage_offset, const uint8_t* storage,
                   uint64_t storage_bytes, const std::string& storage_name) const;
   std::string_view entry_text(const ZipEntry& e) const;
+  // For version errors: the archive's schema version and torch release (when
+  // its program says) and what this pt2onnx reads.
+  std::string versions_read(const std::string& root) const;
   const ZipEntry& require(const std::string& name) const;
 
   std::unique_ptr<MappedFile> file_;

@@ -9,6 +9,7 @@
 #include "ir/graph.h"
 #include "pt2onnx/pt2onnx.h"
 #include "schema/program.h"
+#include "schema/versions.h"
 
 namespace pt2onnx {
 
@@ -16,8 +17,14 @@ namespace {
 
 Result convert_opened(const Pt2Archive& a, const std::string& output_path, const Options& options,
                       double open_seconds) {
-  Result r =
-      convert_program_from(a.program_json(), a.program_source(), a.weights(), output_path, options);
+  Result r;
+  try {
+    r = convert_program_from(a.program_json(), a.program_source(), a.weights(), output_path,
+                             options);
+  } catch (const Error& e) {
+    // A schema newer than the tested ones: say so with the failure (schema/versions.h).
+    throw Error(schema::with_newer_minor_note(e.what(), a.program_json()));
+  }
   r.timings.insert(r.timings.begin(), {"open", open_seconds});
   return r;
 }
@@ -44,7 +51,12 @@ Result convert_buffer(const void* data, size_t size, const std::string& output_p
 
 ArchiveInfo inspect(const std::string& input_path, int opset) {
   auto a = Pt2Archive::open(input_path);
-  schema::Program p = schema::parse_program(a->program_json(), a->program_source());
+  schema::Program p;
+  try {
+    p = schema::parse_program(a->program_json(), a->program_source());
+  } catch (const Error& e) {
+    throw Error(schema::with_newer_minor_note(e.what(), a->program_json()));
+  }
   ArchiveInfo info;
   info.layout = a->layout();
   info.schema_major = p.schema_major;

@@ -13,10 +13,9 @@
 
 #include "ir/dtype.h"
 #include "schema/sym_expr.h"
+#include "schema/versions.h"
 
 namespace pt2onnx::schema {
-
-inline constexpr int kSchemaMajor = 8;
 
 // A size / stride in a TensorMeta: a constant or a symbolic expression.
 struct SymSize {

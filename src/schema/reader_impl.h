@@ -455,13 +455,10 @@ class Reader {
     Obj sv = obj(req(o, "schema_version", "$"), "$.schema_version");
     p.schema_major = int32(req(sv, "major", "$.schema_version"), "$.schema_version.major");
     if (auto mi = field(sv, "minor")) p.schema_minor = int32(*mi, "$.schema_version.minor");
+    if (auto tv = field(o, "torch_version")) p.torch_version = str(*tv, "$.torch_version");
     if (p.schema_major != kSchemaMajor)
       fail("$.schema_version.major",
-           "unsupported schema major version " + std::to_string(p.schema_major) +
-               " (this pt2onnx reads version " + std::to_string(kSchemaMajor) +
-               "); re-export with a torch release that writes schema " +
-               std::to_string(kSchemaMajor));
-    if (auto tv = field(o, "torch_version")) p.torch_version = str(*tv, "$.torch_version");
+           unsupported_major({p.schema_major, p.schema_minor, p.torch_version}));
     Obj gm = obj(req(o, "graph_module", "$"), "$.graph_module");
     p.graph = graph(req(gm, "graph", "$.graph_module"), "$.graph_module.graph");
     signature(req(gm, "signature", "$.graph_module"), "$.graph_module.signature", p);
