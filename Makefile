@@ -1,12 +1,19 @@
 # pt2onnx developer commands. `make demo` and `make test` install whatever is
-# missing first (Debian packages via apt-get, Python packages via pip).
+# missing first (Debian packages via apt-get; Python packages via pip into the
+# project environment .venv, never into the interpreter that runs make).
+# PYTHON: the interpreter that creates .venv; PY: the environment's own, used for everything else.
 PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The environment's commands (cmake, ninja, ctest from pip; pt2onnx's own) come first.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 JOBS ?= $(shell nproc)
 CPP_BUILD := build/cpp
 APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time
-STAMP := build/.deps-stamp
+# Inside the environment: removing .venv re-installs everything.
+STAMP := $(VENV)/.deps-stamp
 
-.PHONY: all deps deps-clang build python cpp demo test test-quick test-cpp test-python \
+.PHONY: all deps deps-clang build python cpp demo test test-quick test-torch test-cpp test-python \
         test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 bench-nodes bench-scale bench-sizes zoo coverage format format-check \
         clean
 
@@ -21,8 +28,9 @@ $(STAMP): requirements-dev.txt Makefile
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
-	$(PYTHON) -m pip install -q -r requirements-dev.txt
-	@mkdir -p build && touch $(STAMP)
+	@[ -x $(PY) ] || { echo "creating the project environment $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	$(PY) -m pip install -q -r requirements-dev.txt
+	@touch $(STAMP)
 
 # clang + libFuzzer, only for `make fuzz`.
 FUZZ_APT := clang-14 libclang-rt-14-dev
@@ -36,7 +44,7 @@ deps-clang:
 # The Python package (nanobind extension built by scikit-build-core; the
 # build directory persists, so rebuilds are incremental).
 python: deps
-	PT2ONNX_WERROR=ON $(PYTHON) -m pip install -q --no-build-isolation -e .
+	PT2ONNX_WERROR=ON $(PY) -m pip install -q --no-build-isolation -e .
 
 # C++ library, CLI and GoogleTest suite.
 cpp: deps
@@ -46,7 +54,7 @@ cpp: deps
 build: python cpp
 
 demo: python
-	$(PYTHON) -m pt2onnx.demo
+	$(PY) -m pt2onnx.demo
 
 test-cpp: cpp
 	ctest --test-dir $(CPP_BUILD) --output-on-failure -j $(JOBS)
@@ -54,13 +62,26 @@ test-cpp: cpp
 # pytest-xdist workers (the OpInfo suite is most of the run).
 PYTEST_JOBS ?= $(JOBS)
 test-python: python cpp
-	$(PYTHON) -m pytest tests/python tests/models -q -n $(PYTEST_JOBS)
+	$(PY) -m pytest tests/python tests/models -q -n $(PYTEST_JOBS)
 
 test: test-cpp test-python
 
 # Everyday loop: skips the tests marked slow (the >2 GB export).
 test-quick: test-cpp python
-	$(PYTHON) -m pytest tests/python tests/models -q -n $(PYTEST_JOBS) -m "not slow"
+	$(PY) -m pytest tests/python tests/models -q -n $(PYTEST_JOBS) -m "not slow"
+
+# The quick suite (the tests not marked slow: OpInfo opset 18 float32, the quick zoo, the
+# detection models) under another torch release: TORCH=2.12.1 ... 2.14.1. Its environment
+# (torch, the matching torchvision, requirements-dev.txt) is made once by tools/torch_venv.sh
+# under build/torch-$(TORCH)/venv (the CUDA builds are several GB: kept); pt2onnx is installed
+# there editable from the same build directory. CI runs it for the newest release.
+TORCH ?= 2.14.1
+test-torch: cpp
+	@venv=$$(tools/torch_venv.sh $(TORCH)) && \
+	PT2ONNX_WERROR=ON $$venv/bin/python -m pip install -q --no-build-isolation --no-deps -e . && \
+	echo "== torch $$($$venv/bin/python -c 'import torch; print(torch.__version__)') in $$venv" && \
+	PATH=$(CURDIR)/$$venv/bin:$$PATH $$venv/bin/python -m pytest tests/python tests/models -q \
+	  -n $(PYTEST_JOBS) -m "not slow"
 
 # C++ tests (hostile-archive corpus included) under ASan + UBSan.
 ASAN_BUILD := build/asan
@@ -102,46 +123,46 @@ format-check:
 
 # pt2onnx against torch.onnx.export (full series: long; writes bench/results.md + plots).
 bench-deps: deps
-	$(PYTHON) -m pip install -q -r bench/requirements.txt
+	$(PY) -m pip install -q -r bench/requirements.txt
 bench: python bench-deps
-	$(PYTHON) bench/run.py
+	$(PY) bench/run.py
 # A minute or two on small models, to bench/out/quick/ (CI runs it: that it works).
 bench-quick: python bench-deps
-	$(PYTHON) bench/run.py --quick
+	$(PY) bench/run.py --quick
 
 # The model zoo (tests/models/zoo.py) through pt2onnx and torch.onnx dynamo=True, a fresh process
 # per export, timed after a warm-up export (bench/zoo.md, .json) and cold (bench/zoo_cold.md,
 # .json); ~35 min.
 zoo: python bench-deps
-	$(PYTHON) bench/zoo.py
-	$(PYTHON) bench/zoo.py --cold
+	$(PY) bench/zoo.py
+	$(PY) bench/zoo.py --cold
 
 # onnxruntime session creation and peak RSS of our files beside torch.onnx's (bench/load.md).
 bench-load: python bench-deps
-	$(PYTHON) bench/load.py --runs 11
+	$(PY) bench/load.py --runs 11
 # onnxruntime latency of pt2onnx's default / opset-23 / target="onnxruntime" files beside
 # torch.onnx, torch.onnx + onnxruntime's optimizer and onnxruntime-genai's builder (issue 17;
 # ~30 min on 2 cores; writes bench/latency.md, .json, .png). LATENCY_ARGS=--quick: a few minutes.
 LATENCY_ARGS ?=
 bench-latency: python bench-deps
-	$(PYTHON) bench/latency_fused.py $(LATENCY_ARGS)
+	$(PY) bench/latency_fused.py $(LATENCY_ARGS)
 # .pt2 conversion against cp (~2 min; writes bench/results_pt2.md).
 bench-pt2: cpp
-	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) bench/pt2_convert.py
+	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PY) bench/pt2_convert.py
 # The C++ core's read / convert / optimize / write per node on generated .pt2 archives of ~5k to
 # ~200k nodes (one block exported by torch.export, its nodes repeated in the archive's JSON; kept
 # in /work/bench-node-data), peak RSS per node, linearity, perf + heaptrack profiles (~10 min;
 # writes bench/node_scaling.md, .json; not in CI). NODES_ARGS=--quick: 5k and 20k, to the data folder.
 NODES_ARGS ?= --profile
 bench-nodes: cpp
-	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PYTHON) bench/node_scaling.py $(NODES_ARGS)
+	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PY) bench/node_scaling.py $(NODES_ARGS)
 # pt2onnx-pretrained on a Llama-2-7B-sized bfloat16 checkpoint (13.5 GB of random safetensors
 # shards under /work/bench-scale-data, deleted afterwards unless SCALE_ARGS=--keep-data) against
 # `cp` of its shards, cold page cache, and the float16 file loaded in onnxruntime (needs ~30 GB
 # of free disk; writes bench/scale.md, .json). SCALE_ARGS=--layers 2: a one-minute check.
 SCALE_ARGS ?= --repeats 2
 bench-scale: python
-	$(PYTHON) bench/scale.py $(SCALE_ARGS)
+	$(PY) bench/scale.py $(SCALE_ARGS)
 # Export time and peak RSS against model size (issue 18 item 9): LLaMA checkpoints of 44M, 0.37B,
 # 1.3B, 3.4B and 6.7B parameters (bfloat16 safetensors under /work/bench-scale-data/size-sweep,
 # each deleted after its size; bench-scale's 7B checkpoint reused if kept) exported by
@@ -151,12 +172,12 @@ bench-scale: python
 # SWEEP_ARGS=--sizes 44M,0.37B --out bench/out/size_sweep: a few-minute check.
 SWEEP_ARGS ?=
 bench-sizes: python bench-deps
-	$(PYTHON) bench/size_sweep.py $(SWEEP_ARGS)
+	$(PY) bench/size_sweep.py $(SWEEP_ARGS)
 
 # docs/coverage.md: OpInfo pass rates per opset / dtype / form beside
 # torch.onnx.export(dynamo=True), and every converted target (long).
 coverage: python bench-deps
-	$(PYTHON) tools/coverage.py -j $(JOBS)
+	$(PY) tools/coverage.py -j $(JOBS)
 
 clean:
 	rm -rf build
