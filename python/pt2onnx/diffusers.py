@@ -51,6 +51,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import _cli
 from . import _verify as _verify_mod
 from ._export import ExportResult, export
 
@@ -416,12 +417,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--opset", type=int, default=None)
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime check")
     a = p.parse_args(argv)
+    missing = _cli.missing_message(
+        "pt2onnx-diffusers", "diffusers",
+        ["diffusers", "transformers"] + ([] if a.no_verify else ["onnxruntime"]))
+    if missing:
+        print(missing, file=sys.stderr)
+        return 1
     try:
         results = export_pipeline(a.path, a.output, opset=a.opset, verify=not a.no_verify,
                                   verbose=False)
     except Exception as e:  # one clear line, no traceback, for the command
-        msg = " ".join(str(e).split())
-        print(f"pt2onnx-diffusers: error: {type(e).__name__}: {msg}", file=sys.stderr)
+        print(_cli.error_line("pt2onnx-diffusers", e), file=sys.stderr)
         return 1
     for name, r in results.items():
         print(r)

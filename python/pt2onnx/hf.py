@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from . import _cli
 from . import _export as _export_mod
 from . import _verify as _verify_mod
 from ._core import ConversionError
@@ -634,10 +635,16 @@ def export_pretrained(
     else:
         model, source = load_pretrained(path, task), None
     f = os.fspath(f) if f is not None else os.path.join(os.fspath(path), "model.onnx")
+    with _cli.output_folder(os.path.dirname(os.path.abspath(f))):
+        return _export_pretrained_to(model, source, path, task, f, verify, atol, rtol,
+                                     dict(opset=opset, target=target, dtype=name,
+                                          verbose=verbose, external_data=external_data,
+                                          quantize=quantize))
+
+
+def _export_pretrained_to(model, source, path, task, f, verify, atol, rtol, export_kw):
     inputs = _TaskInputs(model, task)
     torch.manual_seed(0)
-    export_kw = dict(opset=opset, target=target, dtype=name, verbose=verbose,
-                     external_data=external_data, quantize=quantize)
     try:
         if task == "seq2seq-with-past":
             return _export_seq2seq_with_past(model, source, path, f, verify, atol, rtol,
@@ -697,16 +704,22 @@ def main(argv: list[str] | None = None) -> int:
                         "rounding)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
     a = p.parse_args(argv)
+    verify = not a.no_verify and not a.quantize
+    missing = _cli.missing_message("pt2onnx-pretrained", "transformers",
+                                      ["transformers"] + (["onnxruntime"] if verify else []))
+    if missing:
+        print(missing, file=sys.stderr)
+        return 1
     try:
         r = export_pretrained(a.path, a.task, a.output, opset=a.opset,
-                              verify=not a.no_verify and not a.quantize, quantize=a.quantize,
+                              verify=verify, quantize=a.quantize,
                               target=a.target, dtype=a.dtype, weights=a.weights,
                               verbose=False if a.quiet else None,
                               external_data={None: True, "always": True, "never": False,
                                              "auto": None}.get(a.external_data,
                                                                a.external_data))
     except Exception as e:  # one clear line, no traceback, for the command
-        print(f"pt2onnx-pretrained: error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(_cli.error_line("pt2onnx-pretrained", e), file=sys.stderr)
         return 1
     if "encoder" in r.checks:
         print(r.checks["encoder"])

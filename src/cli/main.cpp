@@ -4,10 +4,12 @@
 // Exit codes: 0 success, 1 conversion error, 2 usage error.
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pt2onnx/pretty.h"
@@ -312,6 +314,28 @@ int run_convert(const std::vector<std::string>& args) {
   return kOk;
 }
 
+// Errors print as one line (scripts grep and log them line by line): the core's messages put
+// the node, its cause and its source line on lines of their own; here they are joined by "; ".
+std::string one_line(std::string_view msg) {
+  std::string out;
+  size_t start = 0;
+  while (start <= msg.size()) {
+    size_t nl = msg.find('\n', start);
+    std::string_view line = msg.substr(start, nl == std::string_view::npos ? nl : nl - start);
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front())))
+      line.remove_prefix(1);
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())))
+      line.remove_suffix(1);
+    if (!line.empty()) {
+      if (!out.empty()) out += "; ";
+      out += line;
+    }
+    if (nl == std::string_view::npos) break;
+    start = nl + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -338,11 +362,10 @@ int main(int argc, char** argv) {
     if (args[0] == "show") return run_show({args.begin() + 1, args.end()});
     return run_convert(args);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "pt2onnx: %s\n\n", e.what.c_str());
-    usage(stderr);
+    std::fprintf(stderr, "pt2onnx: error: %s (usage: pt2onnx --help)\n", one_line(e.what).c_str());
     return kUsageError;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "pt2onnx: error: %s\n", e.what());
+    std::fprintf(stderr, "pt2onnx: error: %s\n", one_line(e.what()).c_str());
     return kConversionError;
   }
 }

@@ -3,6 +3,7 @@ run entirely in onnxruntime against transformers' generate), a DynamicCache
 as an input, and local checkpoints through export_pretrained and the
 pt2onnx-pretrained command. Random weights from small configs; no hub."""
 
+import json
 import os
 import socket
 import subprocess
@@ -298,7 +299,8 @@ def test_export_pretrained_errors(tmp_path):
 def test_pretrained_command(tmp_path):
     torch.manual_seed(0)
     ckpt = _save(_gpt2().eval(), tmp_path / "gpt2")
-    out = str(tmp_path / "out.onnx")
+    # The output folder (and its parents) need not exist, as with optimum (issue 22).
+    out = str(tmp_path / "new" / "folder" / "out.onnx")
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     r = subprocess.run([sys.executable, "-m", "pt2onnx.hf", ckpt, "--task",
                         "text-generation-with-past", "-o", out],
@@ -312,6 +314,24 @@ def test_pretrained_command(tmp_path):
                          timeout=600)
     assert bad.returncode == 1
     assert "no config.json" in bad.stderr and "Traceback" not in bad.stderr
+    # Errors are one line, and a failed export leaves no folder it made behind: a model that
+    # cannot be captured (its forward raises) with -o in a new folder.
+    broken = _save(_gpt2().eval(), tmp_path / "broken")
+    with open(os.path.join(broken, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["n_positions"] = 4  # shorter than the export's sequence: torch.export fails
+    with open(os.path.join(broken, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    out2 = tmp_path / "made" / "here" / "m.onnx"
+    bad = subprocess.run([sys.executable, "-m", "pt2onnx.hf", broken, "--task",
+                          "text-generation-with-past", "-o", str(out2), "--weights", "memory"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert bad.returncode == 1, bad.stderr
+    lines = bad.stderr.splitlines()  # torch's and torchao's warnings come first
+    assert lines[-1].startswith("pt2onnx-pretrained: error: "), bad.stderr
+    assert sum(ln.startswith("pt2onnx-pretrained") for ln in lines) == 1
+    assert "Traceback" not in bad.stderr
+    assert not (tmp_path / "made").exists()
 
 
 # ---- weights read in place (issue 18): the model built without weight data ----------------------

@@ -154,6 +154,9 @@ def test_fallback_from_the_command_matches_python(tmp_path):
         pt2onnx.export(ep, (), py_path, fallback="custom_domain")
     r = subprocess.run([cli_path(), pt2, "-o", cli_out], capture_output=True, text=True)
     assert r.returncode == 1 and "2 operators are not supported" in r.stderr
+    # The core's message has a line per op; the command prints it as one line (issue 22).
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("pt2onnx: error: "), r.stderr
+    assert "pt2onnx_test.twice.default (1 node" in r.stderr
     assert not os.path.exists(cli_out)
     r = subprocess.run([cli_path(), pt2, "-o", cli_out, "--fallback", "custom_domain"],
                        capture_output=True, text=True)
