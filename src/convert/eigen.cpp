@@ -7,6 +7,8 @@
 //                                      Gram matrix (A^T A or A A^T), descending
 //   linalg_matrix_rank, linalg_pinv,   torch's tolerances (atol, rtol default
 //   pinverse, linalg_cond              eps * max(m, n)) on those values
+//   linalg_matrix_sqrth, linalg_polar  (torch 2.14) sign-free products of
+//                                      the eigenvectors
 // Eigenvectors are unique up to sign (torch's come from LAPACK): products
 // such as pinv are sign-free and match; the vectors themselves may differ
 // in sign per column. The Gram route squares the condition number, which
@@ -332,6 +334,46 @@ void linalg_svd(Ctx& c) {
   c.set_output(2, c.cast(legacy ? v : j.mT(v), c.out_dtype(2)));
 }
 
+// linalg_matrix_sqrth(A): V diag(sqrt(max(w, 0))) V^T from eigh of the
+// lower triangle (torch clamps negative eigenvalues to 0).
+void linalg_matrix_sqrth(Ctx& c) {
+  std::string a = c.tensor("self");
+  auto [m, n] = c.static_matrix_dims(a, "matrix_sqrth");
+  if (m != n) c.fail("matrix_sqrth of a non-square matrix");
+  if (is_empty(c, a)) return c.set_output(0, empty_like_out(c));
+  Jacobi j{c};
+  auto [lam, v] = j.solve(symmetric(c, j, a, n, true), n, true);
+  std::string root = c.unsqueeze(j.op("Sqrt", {j.op("Max", {lam, j.k(0)})}), {-2});
+  c.set_output(0, c.cast(j.mm(j.op("Mul", {*v, root}), j.mT(*v)), c.out_dtype()));
+}
+
+// linalg_polar(A) -> (U, H), m >= n: from the eigenvectors V and values s^2
+// of A^T A, U = A V diag(1/s) V^T and H = V diag(s) V^T (sign-free products;
+// a zero singular value contributes nothing to U, where torch's SVD picks
+// arbitrary columns).
+void linalg_polar(Ctx& c) {
+  std::string a = c.tensor("A");
+  auto [m, n] = c.static_matrix_dims(a, "polar");
+  if (m < n)
+    c.fail("linalg.polar needs m >= n, got " + std::to_string(m) + "x" + std::to_string(n));
+  if (is_empty(c, a)) {
+    for (size_t i = 0; i < c.n_outputs(); ++i) c.set_output(i, empty_like_out(c, i));
+    return;
+  }
+  Jacobi j{c};
+  std::string x = c.cast(a, DType::Double);
+  auto [lam, v] = j.solve(j.mm(j.mT(x), x), n, true);
+  std::string s = j.op("Sqrt", {j.op("Max", {lam, j.k(0)})});
+  std::string pos = j.op("Greater", {s, j.k(0)});
+  std::string inv =
+      j.op("Where", {pos, j.op("Reciprocal", {j.op("Where", {pos, s, j.k(1)})}), j.k(0)});
+  std::string vt = j.mT(*v);
+  std::string u = j.mm(x, j.mm(j.op("Mul", {*v, c.unsqueeze(inv, {-2})}), vt));
+  std::string h = j.mm(j.op("Mul", {*v, c.unsqueeze(s, {-2})}), vt);
+  c.set_output(0, c.cast(u, c.out_dtype(0)));
+  c.set_output(1, c.cast(h, c.out_dtype(1)));
+}
+
 }  // namespace
 
 std::string singular_values(Ctx& c, const std::string& x) {
@@ -355,6 +397,8 @@ void register_eigen(Registry& r) {
     r.add(p + o, linalg_pinv);
   r.add(p + "pinverse.default", pinverse);
   r.add(p + "linalg_cond.default", linalg_cond);
+  r.add(p + "linalg_matrix_sqrth.default", linalg_matrix_sqrth);
+  r.add(p + "linalg_polar.default", linalg_polar);
 }
 
 }  // namespace pt2onnx
