@@ -11,9 +11,11 @@ shift || true
 case "$version" in
   2.10.*) tv=0.25.0 ;;
   2.11.*) tv=0.26.0 ;;
-  2.12.*) tv=0.27.0 ;;
+  2.12.0) tv=0.27.0 ;;
+  2.12.1) tv=0.27.1 ;;
   2.13.*) tv=0.28.0 ;;
-  2.14.*) tv=0.29.1 ;;
+  2.14.0) tv=0.29.0 ;;
+  2.14.1) tv=0.29.1 ;;
   *) echo "tools/torch_venv.sh: no torchvision release known for torch $version" >&2; exit 2 ;;
 esac
 dir="build/torch-$version/venv"

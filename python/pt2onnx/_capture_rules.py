@@ -28,6 +28,56 @@ transformers' "grouped_mm" implementation, the same arithmetic over the
 token rows sorted by expert, which converts to one product per expert over
 its rows only (src/convert/moe.cpp). Pass the model: `capture_rules(model)`.
 
+4. torchvision's `batched_nms` picks its algorithm from `boxes.numel() >
+4000` and returns early when `boxes.numel() == 0`: both are guards on the
+number of boxes, which in a detection model is data-dependent ("Could not
+guard on data-dependent expression 4*u1 > 4000"). While capturing (fake
+tensors only) it runs its coordinate-offset form without the two guards:
+boxes of class k are shifted by k * (max coordinate + 1), so boxes of
+different classes never overlap, and one `nms` keeps the same boxes as the
+per-class loop (torchvision's own form for up to 1000 boxes and for tracing);
+no boxes give no kept boxes through `nms` itself. The rule replaces the
+attribute `torchvision.ops.boxes.batched_nms` (and `torchvision.ops.
+batched_nms`), which torchvision's models look up at each call; a function
+imported by name before the capture is torchvision's own.
+
+5. torchvision's multi-level `MultiScaleRoIAlign` sizes its result with
+`len(rois)`, a Python int, which an unbacked number of rois cannot give
+("Could not extract specialized integer from data-dependent expression").
+While capturing, the same computation (rois assigned to levels by the
+model's LevelMapper, `roi_align` per level, results written back in roi
+order) sizes it with `rois.shape[0]`.
+
+6. torchvision's GeneralizedRCNNTransform.batch_images pads the images to
+a multiple of 32 with `int(math.ceil(float(size) / 32) * 32)`: the float
+round trip makes torch.export specialize the padded size to the example's
+(silently: the graph then holds only for images padded to the same size).
+While capturing, the padded size is the integer ceiling `(size + 31) // 32
+* 32` (the same value), and the images are zero-padded to it and stacked.
+
+7. torchvision's `paste_masks_in_image` (Mask R-CNN) pastes each mask with
+a Python loop over the detections, resizing it to its own integer box size
+(a data-dependent shape: "Could not guard on data-dependent expression").
+While capturing, every mask is resampled at once in the image frame: for each
+image pixel inside a detection's (padded, integer) box, the bilinear taps and
+weights torch's upsample_bilinear2d (align_corners=False) takes for that box
+size (scale = float(in) / out, source = scale * (dst + 0.5) - 0.5 clamped at
+0), gathered along x then y, zero outside the box: the same values (the four
+products summed in another order: measured within 1e-6).
+
+8. torchvision's `heatmaps_to_keypoints` (Keypoint R-CNN) resizes each roi's
+heatmaps bicubically to the roi's ceiled size in a Python loop, then takes
+the argmax. While capturing, all rois are resampled into one frame as large
+as the largest roi map (torch's bicubic taps and A = -0.75 weights, summed in
+torch's order, x then y), positions beyond a roi's own size set to -inf, and
+the first maximum in row-major order is taken as torch's flattened argmax
+does: the same positions, scores within 3e-6 of torch's.
+
+The rules replace module attributes torchvision looks up at each call
+(`roi_heads.paste_masks_in_image` and `transform.paste_masks_in_image`, which
+imports it by name; `roi_heads.heatmaps_to_keypoints`), and run only on fake
+tensors (outside a capture they call torchvision's own).
+
 torch.export removes fake rules of the ops it preserves when it returns, so
 the rules are installed around each capture: `pt2onnx.export` does it;
 wrap your own `torch.export.export` call in `capture_rules()` to save a
@@ -107,11 +157,215 @@ def _eager_experts_configs(model):
     return list(found.values())
 
 
+def _batched_nms(original):
+    from torch._subclasses.fake_tensor import is_fake
+
+    def batched_nms(boxes, scores, idxs, iou_threshold):
+        if torch.compiler.is_dynamo_compiling() or not is_fake(boxes):
+            return original(boxes, scores, idxs, iou_threshold)
+        offsets = idxs.to(boxes) * (boxes.max() + 1)
+        return torch.ops.torchvision.nms(boxes + offsets[:, None], scores, iou_threshold)
+
+    return batched_nms
+
+
+def _multiscale_roi_align(original):
+    from torch._subclasses.fake_tensor import is_fake
+
+    def multiscale_roi_align(x_filtered, boxes, output_size, sampling_ratio, scales, mapper):
+        if (torch.compiler.is_dynamo_compiling() or len(x_filtered) < 2
+                or not is_fake(x_filtered[0]) or scales is None or mapper is None):
+            return original(x_filtered, boxes, output_size, sampling_ratio, scales, mapper)
+        from torchvision.ops import roi_align
+        from torchvision.ops.poolers import _convert_to_roi_format
+
+        rois = _convert_to_roi_format(boxes)
+        levels = mapper(boxes)
+        first = x_filtered[0]
+        out = first.new_zeros((rois.shape[0], first.shape[1], *output_size))
+        for level, (features, scale) in enumerate(zip(x_filtered, scales)):
+            at = torch.where(levels == level)[0]
+            pooled = roi_align(features, rois[at], output_size=output_size,
+                               spatial_scale=scale, sampling_ratio=sampling_ratio)
+            out[at] = pooled.to(out.dtype)
+        return out
+
+    return multiscale_roi_align
+
+
+def _batch_images(original):
+    from torch._subclasses.fake_tensor import is_fake
+
+    def batch_images(self, images, size_divisible=32):
+        if torch.compiler.is_dynamo_compiling() or not is_fake(images[0]):
+            return original(self, images, size_divisible)
+        h, w = images[0].shape[-2], images[0].shape[-1]
+        for img in images[1:]:
+            h, w = torch.sym_max(h, img.shape[-2]), torch.sym_max(w, img.shape[-1])
+        d = int(size_divisible)
+        h, w = (h + d - 1) // d * d, (w + d - 1) // d * d
+        padded = [torch.nn.functional.pad(img, (0, w - img.shape[-1], 0, h - img.shape[-2]))
+                  for img in images]
+        return torch.stack(padded)
+
+    return batch_images
+
+
+def _resample_axis(size, start, n, insize):
+    """Bilinear source taps, as torch's upsample_bilinear2d (align_corners=False)
+    computes them, for image coordinates 0..size-1 of boxes starting at
+    `start` (int64 [N]) resized from `insize` to `n` (int64 [N]) samples:
+    (i0, i1, lambda0, lambda1, inside the box), each [N, size]."""
+    dst = torch.arange(size, device=n.device)[None, :] - start[:, None]
+    inside = (dst >= 0) & (dst < n[:, None])
+    nf = n.to(torch.float32)
+    scale = torch.full_like(nf, float(insize)) / nf  # (float)in / out, as torch
+    src = (scale[:, None] * (dst.to(torch.float32) + 0.5) - 0.5).clamp(min=0)
+    i0 = src.floor().clamp(max=insize - 1)
+    lam1 = (src - i0).clamp(0, 1)
+    i0 = i0.to(torch.int64)
+    i1 = i0 + (i0 < insize - 1).to(torch.int64)
+    return i0.clamp(0, insize - 1), i1.clamp(0, insize - 1), 1 - lam1, lam1, inside
+
+
+def _paste_masks_in_image(original):
+    from torch._subclasses.fake_tensor import is_fake
+
+    def paste_masks_in_image(masks, boxes, img_shape, padding=1):
+        if torch.compiler.is_dynamo_compiling() or not is_fake(masks):
+            return original(masks, boxes, img_shape, padding)
+        from torchvision.models.detection.roi_heads import expand_boxes, expand_masks
+
+        masks, scale = expand_masks(masks, padding=padding)
+        boxes = expand_boxes(boxes, scale).to(dtype=torch.int64)
+        im_h, im_w = img_shape
+        n, p = masks.shape[0], masks.shape[-1]
+        m = masks[:, 0]
+        w = (boxes[:, 2] - boxes[:, 0] + 1).clamp(min=1)
+        h = (boxes[:, 3] - boxes[:, 1] + 1).clamp(min=1)
+        x0, x1, wx0, wx1, in_x = _resample_axis(im_w, boxes[:, 0], w, p)
+        y0, y1, wy0, wy1, in_y = _resample_axis(im_h, boxes[:, 1], h, p)
+        # Along x (inner), then y (outer): torch's order of the four products.
+        cols = lambda i: m.gather(2, i[:, None, :].expand(n, p, i.shape[1]))  # noqa: E731
+        t = cols(x0) * wx0[:, None, :] + cols(x1) * wx1[:, None, :]
+        rows = lambda i: t.gather(1, i[:, :, None].expand(n, i.shape[1], t.shape[2]))  # noqa: E731
+        out = rows(y0) * wy0[:, :, None] + rows(y1) * wy1[:, :, None]
+        inside = in_y[:, :, None] & in_x[:, None, :]
+        return torch.where(inside, out, out.new_zeros(())).to(masks.dtype)[:, None]
+
+    return paste_masks_in_image
+
+
+def _cubic_axis(size, n, insize):
+    """Bicubic source taps (A = -0.75), as torch's upsample_bicubic2d
+    (align_corners=False) computes them, for outputs 0..size-1 of rois resized
+    from `insize` to `n` (float [N], whole numbers) samples: four index
+    tensors, four weights, each [N, size], and the mask of outputs < n."""
+    dst = torch.arange(size, device=n.device, dtype=torch.float32)[None, :]
+    scale = torch.full_like(n, float(insize)) / n
+    real = scale[:, None] * (dst + 0.5) - 0.5
+    base = real.floor()
+    t = real - base
+    a = -0.75
+
+    def conv1(x):
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def conv2(x):
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    weights = (conv2(t + 1.0), conv1(t), conv1(1.0 - t), conv2((1.0 - t) + 1.0))
+    base = base.to(torch.int64)
+    index = tuple((base + (j - 1)).clamp(0, insize - 1) for j in range(4))
+    return index, weights, dst < n[:, None]
+
+
+def _heatmaps_to_keypoints(original):
+    from torch._subclasses.fake_tensor import is_fake
+
+    def heatmaps_to_keypoints(maps, rois):
+        if torch.compiler.is_dynamo_compiling() or not is_fake(maps):
+            return original(maps, rois)
+        offset_x, offset_y = rois[:, 0], rois[:, 1]
+        widths = (rois[:, 2] - rois[:, 0]).clamp(min=1)
+        heights = (rois[:, 3] - rois[:, 1]).clamp(min=1)
+        widths_ceil, heights_ceil = widths.ceil(), heights.ceil()
+        n, k, hm, wm = maps.shape
+        # One frame as large as the largest roi map; each roi's map fills its
+        # top-left corner (row-major order kept, so argmax ties resolve alike).
+        one = widths.new_ones(1)
+        big_w = torch.cat([widths_ceil, one]).max().to(torch.int64).item()
+        big_h = torch.cat([heights_ceil, one]).max().to(torch.int64).item()
+        torch._check(big_w >= 1)
+        torch._check(big_h >= 1)
+        (xi, xw, in_x), (yi, yw, in_y) = (_cubic_axis(big_w, widths_ceil, wm),
+                                          _cubic_axis(big_h, heights_ceil, hm))
+        t = None
+        for i, w in zip(xi, xw):  # along x (inner) first, as torch
+            g = maps.gather(3, i[:, None, None, :].expand(n, k, hm, big_w)) * w[:, None, None, :]
+            t = g if t is None else t + g
+        out = None
+        for i, w in zip(yi, yw):
+            g = t.gather(2, i[:, None, :, None].expand(n, k, big_h, big_w)) * w[:, None, :, None]
+            out = g if out is None else out + g
+        inside = (in_y[:, :, None] & in_x[:, None, :])[:, None]
+        out = torch.where(inside, out, out.new_full((), float("-inf")))
+        # The first maximum in row-major order (torch's argmax over the
+        # flattened map): the first row holding the maximum, then its first
+        # column holding it (no reshape: a Reshape of 0 rois to [0, k, -1]
+        # is ambiguous in ONNX).
+        y_int = out.amax(dim=3).argmax(dim=2)
+        row = out.gather(2, y_int[:, :, None, None].expand(n, k, 1, big_w))[:, :, 0]
+        x_int = row.argmax(dim=2)
+        x = (x_int.float() + 0.5) * (widths / widths_ceil)[:, None] + offset_x[:, None]
+        y = (y_int.float() + 0.5) * (heights / heights_ceil)[:, None] + offset_y[:, None]
+        scores = row.gather(2, x_int[:, :, None])[:, :, 0]
+        return torch.stack([x, y, torch.ones_like(x)], dim=2), scores
+
+    return heatmaps_to_keypoints
+
+
+def _torchvision_patches():
+    """(module, attribute, replacement) for the torchvision rules, when
+    torchvision is imported (it is never imported here)."""
+    import sys
+
+    boxes = sys.modules.get("torchvision.ops.boxes")
+    poolers = sys.modules.get("torchvision.ops.poolers")
+    ops = sys.modules.get("torchvision.ops")
+    found = []
+    if boxes is not None and hasattr(boxes, "batched_nms"):
+        wrapped = _batched_nms(boxes.batched_nms)
+        found.append((boxes, "batched_nms", wrapped))
+        if ops is not None and getattr(ops, "batched_nms", None) is boxes.batched_nms:
+            found.append((ops, "batched_nms", wrapped))
+    transform = sys.modules.get("torchvision.models.detection.transform")
+    cls = getattr(transform, "GeneralizedRCNNTransform", None)
+    if cls is not None and hasattr(cls, "batch_images"):
+        found.append((cls, "batch_images", _batch_images(cls.batch_images)))
+    heads = sys.modules.get("torchvision.models.detection.roi_heads")
+    if heads is not None and hasattr(heads, "paste_masks_in_image"):
+        paste = _paste_masks_in_image(heads.paste_masks_in_image)
+        found.append((heads, "paste_masks_in_image", paste))
+        if getattr(transform, "paste_masks_in_image", None) is heads.paste_masks_in_image:
+            found.append((transform, "paste_masks_in_image", paste))
+    if heads is not None and hasattr(heads, "heatmaps_to_keypoints"):
+        found.append((heads, "heatmaps_to_keypoints",
+                      _heatmaps_to_keypoints(heads.heatmaps_to_keypoints)))
+    if poolers is not None and hasattr(poolers, "_multiscale_roi_align"):
+        found.append((poolers, "_multiscale_roi_align",
+                      _multiscale_roi_align(poolers._multiscale_roi_align)))
+    return found
+
+
 @contextlib.contextmanager
 def capture_rules(model=None):
     """Installs pt2onnx's capture rules for torch.export (recurrent layers with
-    a dynamic sequence length, transformer masks, and, given the model,
-    transformers' eager experts loops) for the duration of the block."""
+    a dynamic sequence length, transformer masks, given the model,
+    transformers' eager experts loops, and, when torchvision is imported, its
+    batched_nms, multi-level MultiScaleRoIAlign, padding of images, and the
+    mask pasting and keypoint decoding of Mask / Keypoint R-CNN) for the
+    duration of the block."""
     from torch._subclasses import fake_impls
     from torch.nn.modules import transformer
 
@@ -132,9 +386,14 @@ def capture_rules(model=None):
     experts = _eager_experts_configs(model)
     for cfg in experts:
         cfg._experts_implementation = "grouped_mm"
+    patches = [(m, name, getattr(m, name), new) for m, name, new in _torchvision_patches()]
+    for m, name, _, new in patches:
+        setattr(m, name, new)
     try:
         yield
     finally:
+        for m, name, old, _ in reversed(patches):
+            setattr(m, name, old)
         for cfg in experts:
             cfg._experts_implementation = "eager"
         transformer._detect_is_causal_mask = detect

@@ -356,7 +356,8 @@ void embedding_renorm(Ctx& c) {
 }
 
 void nonzero_numpy(Ctx& c) {
-  std::string x = c.tensor("self");
+  // where.default (torch.where(condition)) names its argument "condition".
+  std::string x = c.tensor(c.has("condition") ? "condition" : "self");
   std::string out = nonzero_rows(c, x, true);
   for (size_t k = 0; k < c.n_outputs(); ++k)
     c.set_output(k, c.b.op("Gather", {out, c.b.scalar_i64(static_cast<int64_t>(k))},
@@ -478,6 +479,7 @@ void register_indexing(Registry& r) {
   r.add(p + "nonzero.default", nonzero);
   r.add(p + "argwhere.default", nonzero);
   r.add(p + "nonzero_numpy.default", nonzero_numpy);
+  r.add(p + "where.default", nonzero_numpy);
   r.add(p + "nonzero_static.default", nonzero_static);
   r.add(p + "_embedding_bag.default", embedding_bag);
   r.add(p + "_embedding_bag_forward_only.default", embedding_bag);

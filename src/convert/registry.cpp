@@ -87,6 +87,7 @@ const Registry& registry() {
     register_storage(x);
     register_subclass(x);
     register_symint(x);
+    register_torchvision_ops(x);
     return x;
   }();
   return r;

@@ -79,5 +79,6 @@ void register_signal(Registry& r);
 void register_sort(Registry& r);
 void register_storage(Registry& r);
 void register_symint(Registry& r);
+void register_torchvision_ops(Registry& r);
 
 }  // namespace pt2onnx

@@ -24,9 +24,32 @@ void sym_numel(Ctx& c) {
   c.set_output(0, c.reduce("ReduceProd", c.b.op("Shape", {x}), {0}, true));
 }
 
+bool is_sym_float(Ctx& c, const char* name) {
+  const schema::Argument* a = c.arg(name);
+  return a && (a->kind == schema::ArgKind::SymFloat || a->kind == schema::ArgKind::Float);
+}
+
 void binop(Ctx& c, const char* op) {
   if (c.emit_known_symint()) return;
+  // A SymFloat operand (float(h) * scale): the operation in double, as truediv.
+  if (is_sym_float(c, "a") || is_sym_float(c, "b")) {
+    std::string r = c.b.op(op, {c.operand("a", DType::Double), c.operand("b", DType::Double)});
+    c.set_output(0, c.reshape(r, c.b.const_i64({1})));
+    return;
+  }
   c.set_output(0, c.b.op(op, {symint_arg(c, "a"), symint_arg(c, "b")}));
+}
+
+// torch.sym_float(n): a SymInt as a SymFloat (1-D one-element double).
+void sym_float(Ctx& c) {
+  c.set_output(0, c.reshape(c.operand("a", DType::Double), c.b.const_i64({1})));
+}
+
+// math.trunc(x) of a SymFloat: Cast to int64 truncates toward zero.
+void trunc(Ctx& c) {
+  if (c.emit_known_symint()) return;
+  std::string v = c.cast(c.operand(c.arg("x") ? "x" : "a", DType::Double), DType::Int64);
+  c.set_output(0, c.reshape(v, c.b.const_i64({1})));
 }
 void add(Ctx& c) { binop(c, "Add"); }
 void sub(Ctx& c) { binop(c, "Sub"); }
@@ -82,6 +105,8 @@ void register_symint(Registry& r) {
   r.add("torch.sym_max", sym_max);
   r.add("torch.sym_ite", sym_ite);
   r.add("torch.sym_min", sym_min);
+  r.add("torch.sym_float", sym_float);
+  r.add("math.trunc", trunc);
   r.add("_operator.eq", eq);
   r.add("_operator.lt", lt);
   r.add("_operator.le", le);

@@ -1,0 +1,183 @@
+"""torchvision detection models: pt2onnx.export beside torch.onnx.export
+(dynamo=True, and dynamo=False, the TorchScript exporter) in the same run.
+
+Each model is built with weights=None (small images: min_size = max_size =
+320; SSDlite is 320 by construction), exported from one [3, 240, 320] image
+with dynamic height / width, and run in onnxruntime on two images of other
+sizes; the table gives export time, success, whether the number of
+detections matched PyTorch's on both images, and the largest difference in
+boxes and scores. Run it in the torch 2.14.1 environment (torchvision's
+compiled ops): build/torch-2.14.1/venv/bin/python bench/detection.py
+Writes bench/detection.md and bench/detection.json.
+"""
+
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "models"))
+
+MODELS = ["fasterrcnn_mobilenet_v3_large_fpn", "retinanet_resnet50_fpn",
+          "ssdlite320_mobilenet_v3_large", "maskrcnn_resnet50_fpn", "keypointrcnn_resnet50_fpn"]
+EXPORTERS = ["pt2onnx", "torch.onnx dynamo=True", "torch.onnx dynamo=False"]
+
+
+def reinit(m, gain, bias_std):
+    # As tests/models/test_detection.py: random weights on a trained network's
+    # scale (the constructors' init gives these heads near-constant scores).
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=g) * (gain / p[0].numel()) ** 0.5)
+            else:
+                base = 1.0 if name.endswith("weight") else 0.0
+                p.copy_(torch.randn(p.shape, generator=g) * bias_std + base)
+    return m
+
+
+# The score thresholds and weights of tests/models/test_detection.py.
+SETUP = {
+    "fasterrcnn_mobilenet_v3_large_fpn": (dict(box_score_thresh=0.0), (1.0, 0.01)),
+    "retinanet_resnet50_fpn": (dict(score_thresh=0.02), None),
+    "ssdlite320_mobilenet_v3_large": (dict(score_thresh=0.5), (2.0, 0.1)),
+    "maskrcnn_resnet50_fpn": (dict(), None),
+    "keypointrcnn_resnet50_fpn": (dict(), None),
+}
+
+
+def build(name):
+    from torchvision.models import detection
+
+    torch.manual_seed(0)
+    extra, init = SETUP[name]
+    kw = dict(weights=None, weights_backbone=None, **extra)
+    if not name.startswith("ssdlite"):
+        kw.update(min_size=320, max_size=320)
+    m = getattr(detection, name)(**kw).eval()
+    return reinit(m, *init) if init else m
+
+
+def export(exporter, m, img, path):
+    from torch.export import Dim
+
+    if exporter == "pt2onnx":
+        import pt2onnx
+
+        dyn = ([{1: Dim("height", min=32, max=2048), 2: Dim("width", min=32, max=2048)}],)
+        pt2onnx.export(m, ([img],), path, dynamic_shapes=dyn)
+    elif exporter == "torch.onnx dynamo=True":
+        dyn = ([{1: Dim("height", min=32, max=2048), 2: Dim("width", min=32, max=2048)}],)
+        torch.onnx.export(m, ([img],), path, dynamo=True, dynamic_shapes=dyn)
+    else:
+        torch.onnx.export(m, ([img],), path, dynamo=False, opset_version=17,
+                          input_names=["image"], dynamic_axes={"image": [1, 2]})
+
+
+def compare(path, m, images):
+    import onnxruntime as ort
+
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    counts_ok, box_err, score_err = True, 0.0, 0.0
+    for img in images:
+        with torch.no_grad():
+            ref = m([img])[0]
+        outs = s.run(None, {s.get_inputs()[0].name: img.numpy()})
+        keys = list(ref)
+        if len(outs) != len(keys):
+            return False, float("nan"), float("nan")
+        for k, o in zip(keys, outs):
+            r = ref[k].numpy()
+            if o.shape != r.shape:
+                counts_ok = False
+                continue
+            if r.size == 0:
+                continue
+            d = float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64))))
+            if k == "boxes":
+                box_err = max(box_err, d)
+            elif k == "scores":
+                score_err = max(score_err, d)
+    return counts_ok, box_err, score_err
+
+
+def main():
+    g = torch.Generator().manual_seed(9)
+    export_img = torch.rand(3, 240, 320, generator=g)
+    images = [torch.rand(3, 200, 280, generator=g), torch.rand(3, 300, 256, generator=g)]
+    # bench/detection.py [--exporters A,B] [--merge] [model ...]: --merge keeps
+    # the rows of detection.json that this run does not redo.
+    argv = sys.argv[1:]
+    exporters, merge = EXPORTERS, "--merge" in argv
+    if "--exporters" in argv:
+        exporters = argv[argv.index("--exporters") + 1].split(",")
+        del argv[argv.index("--exporters"):argv.index("--exporters") + 2]
+    argv = [a for a in argv if a != "--merge"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    rows = []
+    if merge and os.path.exists(os.path.join(here, "detection.json")):
+        with open(os.path.join(here, "detection.json")) as f:
+            rows = json.load(f)["rows"]
+    only = argv or MODELS
+    for name in only:
+        m = build(name)
+        for exporter in exporters:
+            rows = [r for r in rows if (r["model"], r["exporter"]) != (name, exporter)]
+            row = dict(model=name, exporter=exporter)
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "m.onnx")
+                t = time.perf_counter()
+                try:
+                    export(exporter, m, export_img, path)
+                    row["export_s"] = round(time.perf_counter() - t, 2)
+                    row["exported"] = True
+                except Exception as e:  # noqa: BLE001 - recorded, the run goes on
+                    row["export_s"] = round(time.perf_counter() - t, 2)
+                    row["exported"] = False
+                    row["error"] = (type(e).__name__ + ": " + str(e).strip().splitlines()[0])[:300]
+                if row["exported"]:
+                    try:
+                        ok, be, se = compare(path, m, images)
+                        row.update(counts_match=ok, max_box_err=be, max_score_err=se)
+                    except Exception as e:  # noqa: BLE001
+                        row["run_error"] = (type(e).__name__ + ": " + str(e).strip().splitlines()[0])[:300]
+            print(row, flush=True)
+            rows.append(row)
+    order = {(m, e): i for i, (m, e) in enumerate((m, e) for m in MODELS for e in EXPORTERS)}
+    rows.sort(key=lambda r: order.get((r["model"], r["exporter"]), 99))
+    meta = dict(torch=torch.__version__, torchvision=__import__("torchvision").__version__,
+                onnxruntime=__import__("onnxruntime").__version__, cpus=os.cpu_count())
+    with open(os.path.join(here, "detection.json"), "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    lines = [
+        "# torchvision detection models: pt2onnx beside torch.onnx",
+        "",
+        f"`bench/detection.py`: torch {meta['torch']}, torchvision {meta['torchvision']}, "
+        f"onnxruntime {meta['onnxruntime']}, CPU ({meta['cpus']} cores, shared). weights=None, "
+        "exported from one [3, 240, 320] image with dynamic height / width, compared with PyTorch "
+        "in onnxruntime on [3, 200, 280] and [3, 300, 256] images (counts: every output's shape "
+        "equal on both; errors: max |ONNX - PyTorch|).",
+        "",
+        "| model | exporter | export s | exported | counts match | max box err | max score err | error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        err = re.sub(r"\x1b\[[0-9;]*m", "", r.get("error") or r.get("run_error") or "")
+        err = err.replace("|", "\\|").replace("\n", " ")[:160]
+        fmt = (lambda v: f"{v:.2e}" if isinstance(v, float) else "")
+        lines.append(f"| {r['model']} | {r['exporter']} | {r['export_s']} | {r['exported']} | "
+                     f"{r.get('counts_match', '')} | {fmt(r.get('max_box_err'))} | "
+                     f"{fmt(r.get('max_score_err'))} | {err} |")
+    with open(os.path.join(here, "detection.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
