@@ -68,6 +68,7 @@ def _serialized(ep, fast, keep_tree):
                                          lambda program, constants=None: program))
             stack.enter_context(_patched(serde.GraphModuleSerializer, "serialize_argument_spec",
                                          _sym_bool_spec(serde)))
+            stack.enter_context(_graph_lists(serde))
             if fast:
                 stack.enter_context(_fast_serializer(serde, ep.graph_module))
             if keep_tree is not None:
@@ -95,6 +96,41 @@ def _sym_bool_spec(serde):
     return spec
 
 
+def _graph_lists(serde):
+    """Feature-detected: only a torch with torch.ops.higher_order.switch
+    (>= 2.14), whose switch(index, [branch graphs], operands) takes a list of
+    graphs, which torch's serializer has no argument kind for."""
+    if not hasattr(torch.ops.higher_order, "switch"):
+        return contextlib.nullcontext()
+    return _patched(serde.GraphModuleSerializer, "serialize_hoo_inputs", _graph_list_inputs(serde))
+
+
+def _graph_list_inputs(serde):
+    """torch's serialize_hoo_inputs, with a positional argument that is a
+    list of subgraphs (switch's branches, get_attr nodes of GraphModules)
+    written as that many as_graph arguments in its place: torch's serializer
+    rejects such a list ("getattr nodes containing tensors should not appear
+    in the graph"), and its schema has no list-of-graphs kind. The C++ reader
+    sees switch(index, branch0, ..., branchN-1, operands)."""
+    torch_inputs = serde.GraphModuleSerializer.serialize_hoo_inputs
+
+    def is_graph(a):
+        return (isinstance(a, torch.fx.Node) and a.op == "get_attr"
+                and isinstance(getattr(a.graph.owning_module, a.target, None),
+                               torch.fx.GraphModule))
+
+    def inputs(self, args, kwargs):
+        flat = []
+        for a in args:
+            if isinstance(a, (list, tuple)) and a and all(is_graph(g) for g in a):
+                flat.extend(a)
+            else:
+                flat.append(a)
+        return torch_inputs(self, flat, kwargs)
+
+    return inputs
+
+
 def graph_program_tree(gm: torch.fx.GraphModule, signature, module_call_graph,
                        range_constraints):
     """program_tree for a graph that is not an ExportedProgram (the
@@ -106,7 +142,7 @@ def graph_program_tree(gm: torch.fx.GraphModule, signature, module_call_graph,
     from torch._export.serde import schema
     from torch._export.serde import serialize as serde
 
-    with _fast_serializer(serde, gm):
+    with _fast_serializer(serde, gm), _graph_lists(serde):
         graph_module = serde.GraphModuleSerializer(signature, module_call_graph).serialize(gm)
     return schema.ExportedProgram(
         graph_module=graph_module,

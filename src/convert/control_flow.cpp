@@ -4,9 +4,13 @@
 //   while_loop_stack_output -> Loop with scan outputs, and an If for zero iterations
 //   scan                -> Scan  (carried state + slices along dim 0; ys stacked)
 //   map (map_impl)      -> Scan  (no state: each slice mapped, results stacked)
+//   switch (torch >= 2.14) -> nested If on the index (index < 1, < 2, ...)
+//   flex_gemm (torch >= 2.14) -> its body graph inlined (the GEMM + epilogue)
 // torch.export closes every graph argument over its inputs (captured tensors
 // are passed as operands / additional inputs); ONNX bodies instead read those
 // from the enclosing scope by name, so they are bound, not passed.
+#include <algorithm>
+#include <functional>
 #include <unordered_set>
 
 #include "convert/context.h"
@@ -258,6 +262,81 @@ void map_impl(Ctx& c) {
   emit_scan(c, graph_arg(c, 0, "f"), {}, operand_list(c, 1, "xs"), operand_list(c, 2, "args"));
 }
 
+// switch(index, branch0, ..., branchN-1, operands): pt2onnx's serializer
+// patch (_serialize.py) writes torch's list of branch graphs as N graph
+// arguments. torch.switch clamps the index into [0, N) before the op (the
+// exported graph holds that clamp); the op itself asserts on an index out of
+// range, which an ONNX graph cannot: here an index below 0 runs branch 0 and
+// one above N-1 runs branch N-1, the same as torch.switch, as nested Ifs
+// If(index < 1, branch0, If(index < 2, branch1, ... branchN-1)).
+void switch_op(Ctx& c) {
+  const Argument& idx = positional(c, 0, "index");
+  size_t n = 0;
+  while (1 + n < c.node.inputs.size() && c.node.inputs[1 + n].arg.kind == ArgKind::Graph) ++n;
+  if (n == 0) c.fail("switch has no branch graphs");
+  if (c.node.inputs.size() != n + 2)
+    c.fail("switch expects (index, branches, operands); got " +
+           std::to_string(c.node.inputs.size()) + " arguments for " + std::to_string(n) +
+           " branches");
+  std::vector<std::string> operands = operand_list(c, n + 1, "operands");
+  auto branch_g = [&](size_t k) -> const schema::Graph& { return graph_arg(c, 1 + k, "branch"); };
+  auto clamp = [&](int64_t k) {
+    return static_cast<size_t>(std::clamp<int64_t>(k, 0, static_cast<int64_t>(n) - 1));
+  };
+  if (idx.kind == ArgKind::Int || n == 1) {  // a constant index: that branch inlines
+    set_outputs(c,
+                convert_nested(c, branch_g(idx.kind == ArgKind::Int ? clamp(idx.i) : 0), operands));
+    return;
+  }
+  std::string index;
+  if (idx.kind == ArgKind::Tensor || idx.kind == ArgKind::SymInt) {
+    index = idx.kind == ArgKind::Tensor ? value_of(c, idx.name) : operand_list(c, 0, "index")[0];
+    if (is_floating(c.dtype(index)) || c.dtype(index) == DType::Bool)
+      c.fail("the switch index must be an integer tensor or SymInt");
+    index = c.cast(index, DType::Int64);
+  } else {
+    c.fail("the switch index is " + idx.variant + ", expected an integer tensor or a SymInt");
+  }
+  auto branch = [&](size_t k) {
+    std::vector<std::string> outs = convert_nested(c, branch_g(k), operands);
+    if (outs.size() != c.n_outputs())
+      c.fail("branch " + std::to_string(k) + " returns " + std::to_string(outs.size()) +
+             " values, switch has " + std::to_string(c.n_outputs()) + " outputs");
+    return outs;
+  };
+  // Branches k..n-1 in the current scope.
+  std::function<std::vector<std::string>(size_t)> from = [&](size_t k) {
+    if (k + 1 == n) return branch(k);
+    std::string pred = c.b.op("Less", {index, c.b.scalar_i64(static_cast<int64_t>(k) + 1)});
+    c.b.begin_subgraph(c.node.name + "_branch" + std::to_string(k));
+    Graph then_branch = close_scope(c, branch(k));
+    c.b.begin_subgraph(c.node.name + "_above" + std::to_string(k));
+    Graph else_branch = close_scope(c, from(k + 1));
+    return c.b.add_node("If", {pred}, c.n_outputs(),
+                        {Attr::Subgraph("then_branch", std::move(then_branch)),
+                         Attr::Subgraph("else_branch", std::move(else_branch))},
+                        out_types(c));
+  };
+  set_outputs(c, from(0));
+}
+
+// flex_gemm(gemm_op, body_fn, gemm_args, gemm_kwargs, kernel_options):
+// torch computes body_fn(*gemm_args), the body graph holding the GEMM
+// (mm/addmm/bmm/baddbmm with gemm_kwargs already applied) and the user's
+// epilogue; kernel_options only pick the kernel backend.
+void flex_gemm(Ctx& c) {
+  const schema::Graph& body = graph_arg(c, 1, "body_fn");
+  std::vector<std::string> args = operand_list(c, 2, "gemm_args");
+  if (args.size() != body.inputs.size())
+    c.fail("flex_gemm's body takes " + std::to_string(body.inputs.size()) + " inputs, given " +
+           std::to_string(args.size()) + " gemm_args");
+  std::vector<std::string> outs = convert_nested(c, body, args);
+  if (outs.size() != c.n_outputs())
+    c.fail("flex_gemm's body returns " + std::to_string(outs.size()) + " values, the node has " +
+           std::to_string(c.n_outputs()) + " outputs");
+  set_outputs(c, outs);
+}
+
 }  // namespace
 
 void register_control_flow(Registry& r) {
@@ -266,6 +345,8 @@ void register_control_flow(Registry& r) {
   r.add("torch.ops.higher_order.while_loop_stack_output", while_loop_stack_output);
   r.add("torch.ops.higher_order.scan", scan);
   r.add("torch.ops.higher_order.map_impl", map_impl);
+  r.add("torch.ops.higher_order.switch", switch_op);
+  r.add("torch.ops.higher_order.flex_gemm", flex_gemm);
 }
 
 }  // namespace pt2onnx
