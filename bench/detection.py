@@ -29,18 +29,8 @@ MODELS = ["fasterrcnn_mobilenet_v3_large_fpn", "retinanet_resnet50_fpn",
 EXPORTERS = ["pt2onnx", "torch.onnx dynamo=True", "torch.onnx dynamo=False"]
 
 
-def reinit(m, gain, bias_std):
-    # As tests/models/test_detection.py: random weights on a trained network's
-    # scale (the constructors' init gives these heads near-constant scores).
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=g) * (gain / p[0].numel()) ** 0.5)
-            else:
-                base = 1.0 if name.endswith("weight") else 0.0
-                p.copy_(torch.randn(p.shape, generator=g) * bias_std + base)
-    return m
+# The tests' re-initialisation (random weights on a trained network's scale).
+from test_detection import _reinit as reinit  # noqa: E402
 
 
 # The score thresholds and weights of tests/models/test_detection.py.
