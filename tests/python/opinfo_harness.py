@@ -489,10 +489,15 @@ def op_supports(op, dtype) -> bool:
 
 
 def hide_torchvision_ops():
-    """torchvision's PyPI wheel is built against CUDA torch: keep it from
-    registering its operators so that model definitions import."""
-    sys.modules.setdefault("torchvision._meta_registrations",
-                           types.ModuleType("torchvision._meta_registrations"))
+    """torchvision's PyPI wheel is built against CUDA torch: where its compiled
+    operators do not load (the pinned CPU torch), keep it from registering their
+    fake implementations so that model definitions import. Where they load (torch
+    2.14.1's CUDA build, `make test-torch`), leave them: the detection tests need them."""
+    from pt2onnx.hf import _torchvision_ops_unloadable
+
+    if _torchvision_ops_unloadable():
+        sys.modules.setdefault("torchvision._meta_registrations",
+                               types.ModuleType("torchvision._meta_registrations"))
 
 
 def summarize(results):
