@@ -238,8 +238,9 @@ void ps_roi_align(Ctx& c) {
     std::string s = c.b.scalar(kt, static_cast<double>(static_cast<float>(scale)));
     if (kt == DType::Double) s = c.b.scalar(kt, scale);
     std::string half = c.b.scalar(kt, 0.5);
-    auto coord = [&](int64_t col) {
-      std::string v = c.b.op("Gather", {boxes, c.b.const_i64({col})}, {Attr::Int("axis", 1)});
+    // Init-capture: clang 14 (the fuzz build) cannot capture a structured binding.
+    auto coord = [&, bx = boxes](int64_t col) {
+      std::string v = c.b.op("Gather", {bx, c.b.const_i64({col})}, {Attr::Int("axis", 1)});
       return c.b.op("Sub", {c.b.op("Mul", {v, s}), half});  // [K, 1]
     };
     auto empty_grid = [&](int64_t lo, int64_t hi, int64_t pooled) {
