@@ -485,21 +485,15 @@ MASK_ATOL, MASK_FLIP = 1e-2, 1e-3
 # 0.81 / 0.90 px apart with scores 1.4e-9 apart (the class scores are all but
 # constant: near-tied boxes are kept in either order), SSDlite scores 6.7e-6 /
 # 4.7e-5 and boxes 0.002 / 0.012 px. ONNX vs PyTorch float32 shows the same
-# pattern (0.8 px with equal scores; 1.2e-4 in scores), so those two are
-# compared within 4 times PyTorch's own float32 error on each image.
+# pattern (0.8 px with equal scores; SSDlite 1e-5 in scores), so those two
+# are compared within 4 times PyTorch's own float32 error on each image.
 _F32_UNSTABLE = {"fasterrcnn_mobilenet_v3_large_fpn", "ssdlite320_mobilenet_v3_large"}
-# (SSDlite still fails on one image beyond that: _OPEN.)
 
 # Open gaps, each seen and stated (strict: the test fails once they are fixed).
-_OPEN = {
-    "ssdlite320_mobilenet_v3_large":
-        "open: on the [3, 200, 280] image a detection's score differs from PyTorch's float32 one "
-        "by more than 1e-4 (up to 1.2e-4 seen), while PyTorch float32 vs float64 differ by only "
-        "6.7e-6 in scores and 0.0018 px in boxes there: not explained by PyTorch's float32 "
-        "rounding. torch.onnx's TorchScript exporter gives the same score difference in "
-        "onnxruntime (1.16e-4 vs pt2onnx's 1.18e-4, bench/detection.md): suspected onnxruntime's "
-        "float32 kernels (the bilinear resize's coordinates among them), not proven",
-}
+# SSDlite was one until the exporter computed interpolate's source coordinates
+# as torch does (Resize's differed by 1.5e-5 on its 200 x 280 -> 320 x 320
+# resize, 1.2e-4 in scores; tests/python/test_resize_coordinates.py).
+_OPEN = {}
 
 
 def _marks(n):

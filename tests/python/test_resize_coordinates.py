@@ -1,0 +1,144 @@
+"""F.interpolate where ONNX Resize's coordinates are not torch's.
+
+Resize divides by out/in rounded to float; torch multiplies by in/out rounded
+to float (or by 1/scale_factor). Unless the ratio is a power of two they
+round differently, and nearest then picks another input pixel (e.g. 2 -> 82,
+4 -> 41) while bilinear 200 -> 320 differs by 1.5e-5. There the exporter
+computes the source indices as torch does; these tests compare with torch
+exactly (nearest: equal arrays) or to float rounding (linear: 1e-6, the
+Resize form is 1.5e-5 off on 200 -> 320), at sizes other than the export's
+where shapes are dynamic, and check that Resize stays where it is exact.
+"""
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.export import Dim
+
+import pt2onnx
+from conftest import run_ort
+
+# (in, out) pairs where Resize's nearest index differs from torch's (found by
+# sweeping sizes against onnxruntime), and pairs where the ratio is exact.
+SIZES = [82, 41, 61, 320, 115, 5]
+
+
+class Sizes(nn.Module):
+    def __init__(self, mode, sizes):
+        super().__init__()
+        self.mode, self.sizes = mode, sizes
+
+    def forward(self, x):
+        kw = {} if self.mode.startswith("nearest") else {"align_corners": False}
+        return tuple(F.interpolate(x, size=s, mode=self.mode, **kw) for s in self.sizes)
+
+
+def _ops(r):
+    return [n.op_type for n in onnx.load_from_string(r.model_bytes).graph.node]
+
+
+def _check(got, ref, mode, dtype=torch.float32):
+    ref = ref.numpy()
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    if mode.startswith("nearest"):
+        np.testing.assert_array_equal(got, ref)
+    else:
+        tol = {torch.float32: 1e-6, torch.float64: 1e-13, torch.float16: 1e-3}[dtype]
+        np.testing.assert_allclose(got, ref, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "linear"])
+@pytest.mark.parametrize("n_in", [2, 4, 200])
+def test_static_sizes_1d(mode, n_in):
+    m = Sizes(mode, [(s,) for s in SIZES])
+    x = torch.randn(1, 2, n_in)
+    r = pt2onnx.export(m, (x,), None)
+    x = torch.randn(1, 2, n_in)
+    _, got = run_ort(r.model_bytes, {"x": x.numpy()})
+    for g, e in zip(got, m(x)):
+        _check(g, e, mode)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "bilinear"])
+def test_dynamic_input_fixed_size_2d(mode):
+    """A detection-style transform: any image to 320 x 320 (SSDlite)."""
+    m = Sizes(mode, [(320, 320), (61, 41)])
+    dyn = ({2: Dim("h", min=2, max=1024), 3: Dim("w", min=2, max=1024)},)
+    r = pt2onnx.export(m, (torch.rand(1, 3, 240, 320),), None, dynamic_shapes=dyn)
+    assert "Resize" not in _ops(r)
+    for h, w in [(200, 280), (2, 4), (320, 320), (160, 97)]:
+        x = torch.rand(1, 3, h, w)
+        _, got = run_ort(r.model_bytes, {"x": x.numpy()})
+        for g, e in zip(got, m(x)):
+            _check(g, e, mode)
+
+
+class Scale(nn.Module):
+    def __init__(self, mode, scale):
+        super().__init__()
+        self.mode, self.scale = mode, scale
+
+    def forward(self, x):
+        kw = {} if self.mode.startswith("nearest") else {"align_corners": False}
+        return F.interpolate(x, scale_factor=self.scale, mode=self.mode, **kw)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "bilinear"])
+@pytest.mark.parametrize("scale", [(1.5, 0.7), (2.0, 0.5)])
+def test_dynamic_scale_factor(mode, scale):
+    m = Scale(mode, scale)
+    dyn = ({2: Dim("h", min=4, max=1024), 3: Dim("w", min=4, max=1024)},)
+    r = pt2onnx.export(m, (torch.rand(1, 2, 30, 40),), None, dynamic_shapes=dyn)
+    # Powers of two: Resize's division is exact, it stays.
+    assert ("Resize" in _ops(r)) == (scale == (2.0, 0.5))
+    for h, w in [(33, 57), (41, 82), (7, 9)]:
+        x = torch.rand(1, 2, h, w)
+        _, (got,) = run_ort(r.model_bytes, {"x": x.numpy()})
+        _check(got, m(x), mode)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_bilinear_dtypes(dtype):
+    m = Sizes("bilinear", [(320, 320), (7, 5)])
+    r = pt2onnx.export(m, (torch.rand(1, 2, 200, 280).to(dtype),), None)
+    x = torch.rand(1, 2, 200, 280).to(dtype)
+    _, got = run_ort(r.model_bytes, {"x": x.numpy()})
+    for g, e in zip(got, m(x)):
+        _check(g, e, "bilinear", dtype)
+
+
+def test_upsample_to_skip_size_keeps_resize():
+    """UNet / FPN decoders: upsample to a skip connection's (symbolic) size,
+    twice the input's. The ratio is 2, Resize is exact and stays."""
+
+    class Up(nn.Module):
+        def forward(self, x, skip):
+            return F.interpolate(x, size=skip.shape[-2:], mode="nearest") + skip
+
+    h = Dim("h", min=2, max=512)
+    dyn = ({2: h, 3: h}, {2: 2 * h, 3: 2 * h})
+    r = pt2onnx.export(Up(), (torch.rand(1, 2, 8, 8), torch.rand(1, 2, 16, 16)), None,
+                       dynamic_shapes=dyn)
+    assert "Resize" in _ops(r) and "Gather" not in _ops(r)
+    x, s = torch.rand(1, 2, 13, 13), torch.rand(1, 2, 26, 26)
+    _, (got,) = run_ort(r.model_bytes, {"x": x.numpy(), "skip": s.numpy()})
+    np.testing.assert_array_equal(got, Up()(x, s).numpy())
+
+
+def test_trilinear_and_nearest_3d():
+    class M(nn.Module):
+        def forward(self, x):
+            return (F.interpolate(x, size=(5, 41, 7), mode="trilinear", align_corners=False),
+                    F.interpolate(x, size=(5, 41, 7), mode="nearest"))
+
+    dyn = ({2: Dim("d", min=2, max=64), 4: Dim("w", min=2, max=64)},)
+    r = pt2onnx.export(M(), (torch.rand(1, 2, 3, 4, 6),), None, dynamic_shapes=dyn)
+    for d, w in [(3, 6), (7, 2), (11, 13)]:
+        x = torch.rand(1, 2, d, 4, w)
+        _, got = run_ort(r.model_bytes, {"x": x.numpy()})
+        e = M()(x)
+        _check(got[0], e[0], "trilinear")
+        _check(got[1], e[1], "nearest")
