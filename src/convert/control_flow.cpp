@@ -6,6 +6,7 @@
 //   map (map_impl)      -> Scan  (no state: each slice mapped, results stacked)
 //   switch (torch >= 2.14) -> nested If on the index (index < 1, < 2, ...)
 //   flex_gemm (torch >= 2.14) -> its body graph inlined (the GEMM + epilogue)
+//   invoke_subgraph (kept by torch 2.12's export) -> its subgraph inlined
 // torch.export closes every graph argument over its inputs (captured tensors
 // are passed as operands / additional inputs); ONNX bodies instead read those
 // from the enclosing scope by name, so they are bound, not passed.
@@ -337,9 +338,28 @@ void flex_gemm(Ctx& c) {
   set_outputs(c, outs);
 }
 
+// invoke_subgraph(subgraph, identifier, *operands) (nested_compile_region):
+// torch calls the subgraph once per call site; torch 2.12's export keeps the
+// node where later releases inline it. Inlined here the same way.
+void invoke_subgraph(Ctx& c) {
+  const schema::Graph& body = graph_arg(c, 0, "subgraph");
+  std::vector<std::string> args;
+  for (size_t i = 2; i < c.node.inputs.size(); ++i)
+    for (std::string& v : operand_list(c, i, "operand")) args.push_back(std::move(v));
+  if (args.size() != body.inputs.size())
+    c.fail("invoke_subgraph's subgraph takes " + std::to_string(body.inputs.size()) +
+           " inputs, given " + std::to_string(args.size()) + " operands");
+  std::vector<std::string> outs = convert_nested(c, body, args);
+  if (outs.size() != c.n_outputs())
+    c.fail("invoke_subgraph's subgraph returns " + std::to_string(outs.size()) +
+           " values, the node has " + std::to_string(c.n_outputs()) + " outputs");
+  set_outputs(c, outs);
+}
+
 }  // namespace
 
 void register_control_flow(Registry& r) {
+  r.add("torch.ops.higher_order.invoke_subgraph", invoke_subgraph);
   r.add("torch.ops.higher_order.cond", cond);
   r.add("torch.ops.higher_order.while_loop", while_loop);
   r.add("torch.ops.higher_order.while_loop_stack_output", while_loop_stack_output);

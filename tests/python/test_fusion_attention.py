@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_matches
 
+from torch_releases import EXPAND_RESHAPE_GUARD
 import pt2onnx
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -142,6 +143,7 @@ def test_enable_gqa(tmp_path):
     assert_matches(Gqa(), p, feeds("q k v".split(), qkv(3, 8, hq=4, hkv=2)), **TOL)
 
 
+@EXPAND_RESHAPE_GUARD
 def test_repeat_kv_upstream(tmp_path):
     q, k, v = qkv(2, 5, hq=4, hkv=2)
     dyn = ({0: B, 2: L}, {0: B, 2: L}, {0: B, 2: L}, {0: B, 2: L, 3: L})

@@ -11,6 +11,7 @@ from torch.export import Dim
 
 from conftest import assert_matches
 
+from torch_releases import EXPAND_RESHAPE_GUARD
 import pt2onnx
 from pt2onnx import hf
 
@@ -210,6 +211,7 @@ class LlamaNoPositionIds(torch.nn.Module):
         return self.m(input_ids=input_ids, use_cache=False).logits
 
 
+@EXPAND_RESHAPE_GUARD
 @pytest.mark.parametrize("opset,target,domain", TARGETS)
 def test_llama_without_position_ids_batch_one_caches(tiny_llama, tmp_path, opset, target,
                                                       domain):

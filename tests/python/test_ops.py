@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from torch_releases import BINCOUNT_WEIGHTS_DTYPE
 import pt2onnx
 from conftest import assert_same_both_ways, run_ort
 
@@ -233,6 +234,7 @@ def test_igamma_igammac_zeta_valid_range(dtype):
         np.testing.assert_allclose(got, fn(uu, vv).numpy(), rtol=rtol, atol=atol, err_msg=fn.__name__)
 
 
+@BINCOUNT_WEIGHTS_DTYPE
 def test_bincount_and_one_hot_lengths_from_the_data():
     """bincount's length is max(x) + 1 (or minlength), known only when the
     model runs: new inputs with a larger maximum give a longer result."""

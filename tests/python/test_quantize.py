@@ -23,6 +23,7 @@ import pytest
 import torch
 from conftest import ort_session
 
+from torch_releases import EXPAND_RESHAPE_GUARD
 import pt2onnx
 import pt2onnx.hf
 
@@ -625,6 +626,7 @@ def _check_dequantized(model, path, deq, kind):
     ({"dtype": "int4", "symmetric": False, "block_size": 64}, "onnxruntime", 18),
     ({"dtype": "int8", "block_size": 32}, "standard", 21),
 ])
+@EXPAND_RESHAPE_GUARD
 def test_quantize_at_export_llama(spec, target, opset, tmp_path):
     model = _llama()
     kind = spec if isinstance(spec, str) else spec["dtype"]
@@ -695,6 +697,7 @@ def _dequantized_embedding(path, name, bits):
     ({"dtype": "int4", "embeddings": True}, "standard", 21),
     ({"dtype": "int4", "embeddings": True, "symmetric": False}, "standard", 21),
 ])
+@EXPAND_RESHAPE_GUARD
 def test_quantize_embeddings(spec, target, opset, tmp_path):
     """quantize={..., "embeddings": True}: the table becomes GatherBlockQuantized
     (onnxruntime) or Gather of the integer rows + DequantizeLinear (standard),
@@ -733,6 +736,7 @@ def test_quantize_embeddings(spec, target, opset, tmp_path):
                                                                                 size("p.onnx"))
 
 
+@EXPAND_RESHAPE_GUARD
 def test_quantize_greedy_generation_agrees(tmp_path):
     """Greedy decoding over 32 steps against float32 PyTorch: per step, does
     the quantized file pick PyTorch's token given PyTorch's own prefix
@@ -767,6 +771,7 @@ def test_quantize_greedy_generation_agrees(tmp_path):
     assert figures["int4"][0] >= 0.5, figures
 
 
+@EXPAND_RESHAPE_GUARD
 def test_quantize_errors(tmp_path):
     model = _llama()
     path = str(tmp_path / "e.onnx")
