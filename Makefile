@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 JOBS ?= $(shell nproc)
 CPP_BUILD := build/cpp
-APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time
+APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time ccache
 # Inside the environment: removing .venv re-installs everything.
 STAMP := $(VENV)/.deps-stamp
 

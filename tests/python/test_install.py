@@ -111,10 +111,12 @@ def _tiny_pipeline():
 def test_wheel_installs_into_a_fresh_environment(tmp_path):
     # The wheel, as a user builds it (build isolation: the build requirements
     # come from the package index into a temporary environment).
+    # PT2ONNX_WERROR as `make` builds: the same compiler flags, so that ccache
+    # (where installed) serves the objects the editable build compiled.
     dist = tmp_path / "dist"
     r = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist),
-              f"--config-settings=build-dir={WHEEL_BUILD}", ROOT], dict(os.environ), ROOT,
-             timeout=3600)
+              f"--config-settings=build-dir={WHEEL_BUILD}", ROOT],
+             dict(os.environ, PT2ONNX_WERROR="ON"), ROOT, timeout=3600)
     (wheel,) = dist.glob("pt2onnx-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {"pt2onnx/_libs/libsimdjson.so.14", "pt2onnx/_libs/libmimalloc.so.2"} <= set(names)
