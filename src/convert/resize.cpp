@@ -13,6 +13,7 @@
 // gets that scale, not sizes, so that it uses the same ratio); cubic uses
 // A = -0.75 with border-clamped taps.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -96,152 +97,234 @@ bool power_of_two(double r) {
   return r > 0 && std::frexp(r, &e) == 0.5;
 }
 
-// Whether Resize's coordinates equal torch's along one axis.
-bool resize_matches(const Dim& in, const Dim& out, const std::vector<double>& sf, size_t k) {
+// Whether Resize's coordinates equal torch's along one axis: the ratio torch
+// multiplies by (in / out, (in - 1) / (out - 1) with align_corners, or 1 /
+// scale_factor) is a power of two, so dividing by its inverse is exact.
+bool resize_matches(const Dim& in, const Dim& out, const std::vector<double>& sf, size_t k,
+                    bool align) {
   if (!sf.empty()) return power_of_two(sf[k]);
   if (in.is_static() && out.is_static()) {
-    if (in.value == 0 || out.value == 0) return true;
-    return power_of_two(static_cast<double>(in.value) / static_cast<double>(out.value));
+    int64_t i = in.value - (align ? 1 : 0), o = out.value - (align ? 1 : 0);
+    if (in.value == out.value || in.value == 0 || out.value == 0) return true;
+    return i > 0 && o > 0 && power_of_two(static_cast<double>(i) / static_cast<double>(o));
   }
-  // Symbolic: the same size, or twice it (the form torch.export writes).
-  return !in.sym.empty() && (out.sym == in.sym || out.sym == "2*" + in.sym);
+  // Symbolic: the same size, or (half-pixel modes) twice it, as torch.export
+  // writes it.
+  return !in.sym.empty() && (out.sym == in.sym || (!align && out.sym == "2*" + in.sym));
 }
 
-// torch's half-pixel source coordinate scale * (d + 0.5) - 0.5, clamped at 0.
-// Its kernels are built with FMA, and the result is measured to equal the
-// fused form (1.5e-6 off unfused on 97 -> 320).
+// torch's source coordinate for output index d (area_pixel_compute_source_index):
+// scale * d with align_corners, else scale * (d + 0.5) - 0.5, clamped at 0
+// except for cubic. Its kernels are built with FMA, and the result is
+// measured to equal the fused form (1.5e-6 off unfused on 97 -> 320).
 template <typename T>
-T half_pixel_source(T scale, int64_t d) {
+T source_coordinate(T scale, int64_t d, bool align, bool cubic) {
+  if (align) return scale * static_cast<T>(d);
   T src = std::fma(scale, static_cast<T>(d) + static_cast<T>(0.5), static_cast<T>(-0.5));
-  return src < 0 ? static_cast<T>(0) : src;
+  return !cubic && src < 0 ? static_cast<T>(0) : src;
 }
 
-// Indices (and, for linear, weights) along one axis for static sizes, in
-// torch's arithmetic (its generic N-d kernel: area_pixel_compute_scale,
-// area_pixel_compute_source_index, guard_index_and_lambda).
+// Keys' cubic convolution weights with torch's A = -0.75 for the taps at
+// floor(src) - 1 .. floor(src) + 2 (get_cubic_upsample_coefficients).
 template <typename T>
-void source_indices(Mode mode, int64_t in, int64_t out, std::optional<double> sf,
-                    std::vector<int64_t>& i0, std::vector<int64_t>& i1, std::vector<T>& lam) {
+std::array<T, 4> cubic_weights(T t) {
+  const T A = static_cast<T>(-0.75);
+  auto near = [&](T x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };
+  auto far = [&](T x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };
+  return {far(t + 1), near(t), near(1 - t), far(2 - t)};
+}
+
+// The taps of one axis: input indices per output index, and their weights
+// (none for nearest). Static sizes: computed here in torch's arithmetic (its
+// generic N-d kernel: area_pixel_compute_scale, guard_index_and_lambda).
+template <typename T>
+struct Taps {
+  std::vector<std::vector<int64_t>> index;
+  std::vector<std::vector<T>> weight;
+};
+
+template <typename T>
+Taps<T> static_taps(Mode mode, int64_t in, int64_t out, std::optional<double> sf, bool align) {
+  size_t n = mode == Mode::Linear ? 2 : mode == Mode::Cubic ? 4 : 1;
+  Taps<T> r{std::vector<std::vector<int64_t>>(n), std::vector<std::vector<T>>(n > 1 ? n : 0)};
+  bool interp = n > 1;
   for (int64_t d = 0; d < out; ++d) {
-    if (mode == Mode::Linear) {
-      T scale = sf ? static_cast<T>(1.0 / *sf) : static_cast<T>(in) / static_cast<T>(out);
-      T src = half_pixel_source(scale, d);
-      int64_t a = std::min(static_cast<int64_t>(std::floor(src)), in - 1);
-      T l = std::min(std::max(src - static_cast<T>(a), static_cast<T>(0)), static_cast<T>(1));
-      if (in == out) a = d, l = 0;  // torch copies
-      i0.push_back(a);
-      i1.push_back(std::min(a + 1, in - 1));
-      lam.push_back(l);
+    if (!interp) {
+      float scale =
+          sf ? static_cast<float>(1.0 / *sf) : static_cast<float>(in) / static_cast<float>(out);
+      float src = mode == Mode::NearestExact
+                      ? static_cast<float>(
+                            static_cast<double>(source_coordinate(scale, d, false, false)) + 0.5)
+                      : scale * static_cast<float>(d);
+      r.index[0].push_back(std::min(static_cast<int64_t>(std::floor(src)), in - 1));
       continue;
     }
-    float scale =
-        sf ? static_cast<float>(1.0 / *sf) : static_cast<float>(in) / static_cast<float>(out);
-    float src = mode == Mode::NearestExact
-                    ? static_cast<float>(static_cast<double>(half_pixel_source(scale, d)) + 0.5)
-                    : scale * static_cast<float>(d);
-    i0.push_back(std::min(static_cast<int64_t>(std::floor(src)), in - 1));
+    T scale = align ? (out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0))
+              : sf  ? static_cast<T>(1.0 / *sf)
+                    : static_cast<T>(in) / static_cast<T>(out);
+    T src = source_coordinate(scale, d, align, mode == Mode::Cubic);
+    int64_t a = std::min(static_cast<int64_t>(std::floor(src)), in - 1);
+    T t = std::min(std::max(src - static_cast<T>(a), T(0)), T(1));
+    if (mode == Mode::Linear) {
+      if (in == out) a = d, t = 0;  // torch copies
+      r.index[0].push_back(a);
+      r.index[1].push_back(std::min(a + 1, in - 1));
+      r.weight[0].push_back(1 - t);
+      r.weight[1].push_back(t);
+    } else {
+      std::array<T, 4> w = cubic_weights(t);
+      for (size_t j = 0; j < 4; ++j) {
+        int64_t at = a + static_cast<int64_t>(j) - 1;
+        r.index[j].push_back(std::max<int64_t>(std::min(at, in - 1), 0));
+        r.weight[j].push_back(w[j]);
+      }
+    }
   }
+  return r;
 }
 
-// Resampling along the spatial axes with torch's coordinates (nearest,
-// nearest-exact, linear without align_corners), last axis first as torch's
-// separable kernel does; float16 / bfloat16 computed in float as torch does.
-std::string exact_resample(Ctx& c, Mode mode, const std::string& x0,
-                           const std::vector<double>& sf) {
+// Static taps as constants (weights of dims [out, 1, ...]: broadcast over
+// the later axes).
+template <typename T>
+void const_taps(Ctx& c, const Taps<T>& taps, DType ct, const std::vector<int64_t>& wdims,
+                std::vector<std::string>& idx, std::vector<std::string>& w) {
+  for (auto& i : taps.index) idx.push_back(c.b.const_i64(i));
+  for (auto& v : taps.weight) w.push_back(c.b.constant(TensorData::from_vector(ct, wdims, v)));
+}
+
+// The same taps computed in the graph from the runtime sizes, in torch's
+// types: the half-pixel coordinate as one rounding (the float product is
+// exact in double, as in torch's FMA; double inputs: unfused, 1 ulp at most).
+void runtime_taps(Ctx& c, Mode mode, const std::string& x0, int64_t axis, const Dim& dout,
+                  std::optional<double> s, bool align, DType ct, std::vector<std::string>& idx,
+                  std::vector<std::string>& w) {
+  bool interp = mode == Mode::Linear || mode == Mode::Cubic;
+  std::string in = c.dim_value(x0, axis);
+  std::string out;
+  if (dout.is_static()) {
+    out = c.b.const_i64({dout.value});
+  } else if (s) {  // torch: floor(in * scale_factor) in double
+    out =
+        c.cast(c.b.op("Floor",
+                      {c.b.op("Mul", {c.cast(in, DType::Double), c.b.scalar(DType::Double, *s)})}),
+               DType::Int64);
+  } else {
+    out = c.b.op("Gather", {out_sizes(c, x0), c.b.const_i64({axis})}, {Attr::Int("axis", 0)});
+  }
+  std::string one = c.b.const_i64({1});
+  std::string last = c.b.op("Sub", {in, one});
+  std::string dst = c.b.op("Range", {c.b.scalar_i64(0), c.squeeze(out, {0}), c.b.scalar_i64(1)});
+  DType st = interp ? ct : DType::Float;
+  std::string scale;
+  if (align) {  // (in - 1) / (out - 1), 0 for one output
+    std::string o1 = c.b.op("Max", {c.b.op("Sub", {out, one}), one});
+    scale = c.b.op("Div", {c.cast(last, st), c.cast(o1, st)});
+    scale = c.b.op("Where", {c.b.op("Greater", {out, one}), scale, c.b.scalar(st, 0.0)});
+  } else if (s) {
+    double v = 1.0 / *s;
+    scale = c.b.scalar(st, st == DType::Float ? static_cast<double>(static_cast<float>(v)) : v);
+  } else {
+    scale = c.b.op("Div", {c.cast(in, st), c.cast(out, st)});
+  }
+  auto floor_idx = [&](const std::string& v) {
+    return c.b.op("Min", {c.cast(c.b.op("Floor", {v}), DType::Int64), last});
+  };
+  auto half_pixel = [&](bool clamp) {
+    DType wide = DType::Double;
+    std::string d5 = c.b.op("Add", {c.cast(dst, wide), c.b.scalar(wide, 0.5)});
+    std::string v = c.cast(
+        c.b.op("Sub", {c.b.op("Mul", {c.cast(scale, wide), d5}), c.b.scalar(wide, 0.5)}), st);
+    return clamp ? c.b.op("Max", {v, c.b.scalar(st, 0.0)}) : v;
+  };
+  if (!interp) {
+    std::string src = mode == Mode::NearestExact
+                          ? c.cast(c.b.op("Add", {c.cast(half_pixel(true), DType::Double),
+                                                  c.b.scalar(DType::Double, 0.5)}),
+                                   DType::Float)
+                          : c.b.op("Mul", {c.cast(dst, DType::Float), scale});
+    idx.push_back(floor_idx(src));
+    return;
+  }
+  std::string src =
+      align ? c.b.op("Mul", {scale, c.cast(dst, ct)}) : half_pixel(mode == Mode::Linear);
+  std::string a = floor_idx(src);
+  std::string t =
+      c.b.op("Min", {c.b.op("Max", {c.b.op("Sub", {src, c.cast(a, ct)}), c.b.scalar(ct, 0.0)}),
+                     c.b.scalar(ct, 1.0)});
+  std::string zero = c.b.const_i64({0});
+  if (mode == Mode::Linear) {
+    // torch copies where the sizes are equal.
+    std::string same = c.b.op("Equal", {out, in});
+    a = c.b.op("Where", {same, dst, a});
+    t = c.b.op("Where", {same, c.b.scalar(ct, 0.0), t});
+    idx = {a, c.b.op("Min", {c.b.op("Add", {a, one}), last})};
+    w = {c.b.op("Sub", {c.b.scalar(ct, 1.0), t}), t};
+    return;
+  }
+  // Cubic: Keys' weights with A = -0.75 (get_cubic_upsample_coefficients).
+  auto k = [&](double v) { return c.b.scalar(ct, v); };
+  auto near = [&](const std::string& x) {  // ((A + 2) x - (A + 3)) x x + 1
+    std::string p = c.b.op("Sub", {c.b.op("Mul", {k(1.25), x}), k(2.25)});
+    return c.b.op("Add", {c.b.op("Mul", {c.b.op("Mul", {p, x}), x}), k(1.0)});
+  };
+  auto far = [&](const std::string& x) {  // ((A x - 5A) x + 8A) x - 4A
+    std::string p = c.b.op("Sub", {c.b.op("Mul", {k(-0.75), x}), k(-3.75)});
+    p = c.b.op("Add", {c.b.op("Mul", {p, x}), k(-6.0)});
+    return c.b.op("Sub", {c.b.op("Mul", {p, x}), k(-3.0)});
+  };
+  w = {far(c.b.op("Add", {t, k(1.0)})), near(t), near(c.b.op("Sub", {k(1.0), t})),
+       far(c.b.op("Sub", {k(2.0), t}))};
+  for (int64_t j = -1; j <= 2; ++j)
+    idx.push_back(
+        c.b.op("Max", {c.b.op("Min", {c.b.op("Add", {a, c.b.const_i64({j})}), last}), zero}));
+}
+
+// Resampling along the spatial axes with torch's coordinates, last axis first
+// (torch's separable kernel: the innermost axis is interpolated first, and the
+// taps are summed in order); float16 / bfloat16 computed in float as torch does.
+std::string exact_resample(Ctx& c, Mode mode, const std::string& x0, const std::vector<double>& sf,
+                           bool align) {
   ValueType ot = c.out_type();
   const Shape& in_shape = *c.type(x0).shape;
   size_t n = in_shape.size() - 2;
   DType t = c.dtype(x0);
-  bool linear = mode == Mode::Linear;
+  bool interp = mode == Mode::Linear || mode == Mode::Cubic;
   DType ct = t == DType::Double ? DType::Double : DType::Float;  // torch's opmath type
-  std::string x = linear ? c.cast(x0, ct) : x0;
+  std::string x = interp ? c.cast(x0, ct) : x0;
   for (size_t kk = n; kk-- > 0;) {
     int64_t axis = static_cast<int64_t>(kk) + 2;
     const Dim& din = in_shape[static_cast<size_t>(axis)];
     const Dim& dout = (*ot.shape)[static_cast<size_t>(axis)];
-    if (din == dout && !din.is_unknown() && sf.empty()) continue;  // torch copies
+    if (din == dout && !din.is_unknown() && sf.empty() && mode != Mode::Cubic) continue;
     std::optional<double> s;
     if (!sf.empty()) s = sf[kk];
     // Weights broadcast over the axes after this one.
     std::vector<int64_t> wshape{-1};
     for (size_t r = kk + 1; r < n; ++r) wshape.push_back(1);
-    std::string i0, i1, l1;
+    std::vector<std::string> idx, w;
     if (din.is_static() && dout.is_static()) {
-      std::vector<int64_t> a, b;
-      if (ct == DType::Double) {
-        std::vector<double> l;
-        source_indices<double>(mode, din.value, dout.value, s, a, b, l);
-        if (linear) l1 = c.b.constant(TensorData::from_vector(ct, {dout.value}, l));
-      } else {
-        std::vector<float> l;
-        source_indices<float>(mode, din.value, dout.value, s, a, b, l);
-        if (linear) l1 = c.b.constant(TensorData::from_vector(ct, {dout.value}, l));
-      }
-      i0 = c.b.const_i64(a);
-      if (linear) i1 = c.b.const_i64(b);
+      std::vector<int64_t> wdims = wshape;
+      wdims[0] = dout.value;
+      if (ct == DType::Double)
+        const_taps(c, static_taps<double>(mode, din.value, dout.value, s, align), ct, wdims, idx,
+                   w);
+      else
+        const_taps(c, static_taps<float>(mode, din.value, dout.value, s, align), ct, wdims, idx, w);
     } else {
-      // The same arithmetic on the runtime sizes.
-      std::string in = c.dim_value(x0, axis);
-      std::string out;
-      if (dout.is_static()) {
-        out = c.b.const_i64({dout.value});
-      } else if (s) {  // torch: floor(in * scale_factor) in double
-        out = c.cast(
-            c.b.op("Floor",
-                   {c.b.op("Mul", {c.cast(in, DType::Double), c.b.scalar(DType::Double, *s)})}),
-            DType::Int64);
-      } else {
-        out = c.b.op("Gather", {out_sizes(c, x0), c.b.const_i64({axis})}, {Attr::Int("axis", 0)});
-      }
-      std::string last = c.b.op("Sub", {in, c.b.const_i64({1})});
-      std::string dst =
-          c.b.op("Range", {c.b.scalar_i64(0), c.squeeze(out, {0}), c.b.scalar_i64(1)});
-      DType st = linear ? ct : DType::Float;
-      std::string scale =
-          s ? c.b.scalar(st, static_cast<double>(st == DType::Float ? static_cast<float>(1.0 / *s)
-                                                                    : 1.0 / *s))
-            : c.b.op("Div", {c.cast(in, st), c.cast(out, st)});
-      auto floor_idx = [&](const std::string& v) {
-        return c.b.op("Min", {c.cast(c.b.op("Floor", {v}), DType::Int64), last});
-      };
-      // scale * (d + 0.5) - 0.5 as one rounding, as torch's FMA: the float
-      // product is exact in double. (Double inputs: unfused, 1 ulp at most.)
-      auto half_pixel = [&]() {
-        DType wide = DType::Double;
-        std::string d5 = c.b.op("Add", {c.cast(dst, wide), c.b.scalar(wide, 0.5)});
-        std::string v =
-            c.b.op("Sub", {c.b.op("Mul", {c.cast(scale, wide), d5}), c.b.scalar(wide, 0.5)});
-        return c.b.op("Max", {c.cast(v, st), c.b.scalar(st, 0.0)});
-      };
-      if (linear) {
-        std::string src = half_pixel();
-        i0 = floor_idx(src);
-        i1 = c.b.op("Min", {c.b.op("Add", {i0, c.b.const_i64({1})}), last});
-        l1 = c.b.op("Min",
-                    {c.b.op("Max", {c.b.op("Sub", {src, c.cast(i0, ct)}), c.b.scalar(ct, 0.0)}),
-                     c.b.scalar(ct, 1.0)});
-        // torch copies where the sizes are equal.
-        std::string same = c.b.op("Equal", {out, in});
-        i0 = c.b.op("Where", {same, dst, i0});
-        l1 = c.b.op("Where", {same, c.b.scalar(ct, 0.0), l1});
-      } else if (mode == Mode::NearestExact) {
-        // floor(src + 0.5): the sum in double, rounded to float.
-        std::string v =
-            c.b.op("Add", {c.cast(half_pixel(), DType::Double), c.b.scalar(DType::Double, 0.5)});
-        i0 = floor_idx(c.cast(v, DType::Float));
-      } else {
-        i0 = floor_idx(c.b.op("Mul", {c.cast(dst, DType::Float), scale}));
-      }
+      runtime_taps(c, mode, x0, axis, dout, s, align, ct, idx, w);
+      for (auto& v : w) v = c.reshape(v, c.b.const_i64(wshape));
     }
-    std::string a = c.b.op("Gather", {x, i0}, {Attr::Int("axis", axis)});
-    if (!linear) {
-      x = a;
+    if (w.empty()) {
+      x = c.b.op("Gather", {x, idx[0]}, {Attr::Int("axis", axis)});
       continue;
     }
-    std::string b = c.b.op("Gather", {x, i1}, {Attr::Int("axis", axis)});
-    l1 = c.reshape(l1, c.b.const_i64(wshape));
-    std::string l0 = c.b.op("Sub", {c.b.scalar(ct, 1.0), l1});
-    x = c.b.op("Add", {c.b.op("Mul", {a, l0}), c.b.op("Mul", {b, l1})});
+    std::string acc;
+    for (size_t j = 0; j < idx.size(); ++j) {
+      std::string term =
+          c.b.op("Mul", {c.b.op("Gather", {x, idx[j]}, {Attr::Int("axis", axis)}), w[j]});
+      acc = j == 0 ? term : c.b.op("Add", {acc, term});
+    }
+    x = acc;
   }
   return c.cast(x, t);
 }
@@ -253,14 +336,15 @@ void emit_resize(Ctx& c, Mode mode, bool antialias) {
   bool align = (mode == Mode::Linear || mode == Mode::Cubic) && c.flag("align_corners", false);
   std::vector<double> sf = align ? std::vector<double>{} : scale_factors(c, n);
   ValueType ot = c.out_type();
-  bool exact_form = !antialias && !align && mode != Mode::Cubic && c.type(x).shape && ot.shape &&
-                    (mode != Mode::Linear || is_floating(c.dtype(x)));
+  bool exact_form =
+      !antialias && c.type(x).shape && ot.shape &&
+      (mode == Mode::Nearest || mode == Mode::NearestExact || is_floating(c.dtype(x)));
   if (exact_form) {
     bool matches = true;
     for (size_t k = 0; k < n; ++k)
-      matches &= resize_matches((*c.type(x).shape)[k + 2], (*ot.shape)[k + 2], sf, k);
+      matches &= resize_matches((*c.type(x).shape)[k + 2], (*ot.shape)[k + 2], sf, k, align);
     if (!matches) {
-      c.set_output(0, c.b.op("Identity", {exact_resample(c, mode, x, sf)}, {}, ot));
+      c.set_output(0, c.b.op("Identity", {exact_resample(c, mode, x, sf, align)}, {}, ot));
       return;
     }
   }
