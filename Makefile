@@ -8,6 +8,9 @@ PY := $(VENV)/bin/python
 # The environment's commands (cmake, ninja, ctest from pip; pt2onnx's own) come first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 JOBS ?= $(shell nproc)
+# One compiler name for every build: CMake picks c++ where pip's builds (scikit-build-core) pick
+# g++, and ccache keys on the name, so the C++ tests' build would miss the module build's objects.
+export CXX ?= g++
 CPP_BUILD := build/cpp
 APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time ccache
 # Inside the environment: removing .venv re-installs everything.
