@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <string>
+#include <string_view>
 
 #include "archive/pt2_archive.h"
 #include "convert/convert_graph.h"
@@ -15,16 +17,25 @@ namespace pt2onnx {
 
 namespace {
 
+// Runs f; when it fails on an archive whose schema is newer than the tested
+// ones, the error says so (schema/versions.h). Other errors pass unchanged.
+template <typename F>
+auto noting_newer_schema(std::string_view program_json, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    std::string m = schema::with_newer_minor_note(e.what(), program_json);
+    if (m == e.what()) throw;
+    throw Error(m);
+  }
+}
+
 Result convert_opened(const Pt2Archive& a, const std::string& output_path, const Options& options,
                       double open_seconds) {
-  Result r;
-  try {
-    r = convert_program_from(a.program_json(), a.program_source(), a.weights(), output_path,
-                             options);
-  } catch (const Error& e) {
-    // A schema newer than the tested ones: say so with the failure (schema/versions.h).
-    throw Error(schema::with_newer_minor_note(e.what(), a.program_json()));
-  }
+  Result r = noting_newer_schema(a.program_json(), [&] {
+    return convert_program_from(a.program_json(), a.program_source(), a.weights(), output_path,
+                                options);
+  });
   r.timings.insert(r.timings.begin(), {"open", open_seconds});
   return r;
 }
@@ -51,12 +62,9 @@ Result convert_buffer(const void* data, size_t size, const std::string& output_p
 
 ArchiveInfo inspect(const std::string& input_path, int opset) {
   auto a = Pt2Archive::open(input_path);
-  schema::Program p;
-  try {
-    p = schema::parse_program(a->program_json(), a->program_source());
-  } catch (const Error& e) {
-    throw Error(schema::with_newer_minor_note(e.what(), a->program_json()));
-  }
+  schema::Program p = noting_newer_schema(a->program_json(), [&] {
+    return schema::parse_program(a->program_json(), a->program_source());
+  });
   ArchiveInfo info;
   info.layout = a->layout();
   info.schema_major = p.schema_major;
