@@ -26,14 +26,20 @@ from conftest import run_ort
 SIZES = [82, 41, 61, 320, 115, 5]
 
 
-class Sizes(nn.Module):
-    def __init__(self, mode, sizes):
+class Interp(nn.Module):
+    """F.interpolate of one input once per call's size= / scale_factor=."""
+
+    def __init__(self, mode, calls, align=False):
         super().__init__()
-        self.mode, self.sizes = mode, sizes
+        self.mode, self.calls = mode, calls
+        self.kw = {} if mode.startswith("nearest") else {"align_corners": align}
 
     def forward(self, x):
-        kw = {} if self.mode.startswith("nearest") else {"align_corners": False}
-        return tuple(F.interpolate(x, size=s, mode=self.mode, **kw) for s in self.sizes)
+        return tuple(F.interpolate(x, mode=self.mode, **c, **self.kw) for c in self.calls)
+
+
+def at_sizes(mode, sizes, align=False):
+    return Interp(mode, [{"size": s} for s in sizes], align)
 
 
 def _ops(r):
@@ -55,7 +61,7 @@ def _check(got, ref, mode, dtype=torch.float32):
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "linear"])
 @pytest.mark.parametrize("n_in", [2, 4, 200])
 def test_static_sizes_1d(mode, n_in):
-    m = Sizes(mode, [(s,) for s in SIZES])
+    m = at_sizes(mode, [(s,) for s in SIZES])
     x = torch.randn(1, 2, n_in)
     r = pt2onnx.export(m, (x,), None)
     x = torch.randn(1, 2, n_in)
@@ -67,7 +73,7 @@ def test_static_sizes_1d(mode, n_in):
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "bilinear"])
 def test_dynamic_input_fixed_size_2d(mode):
     """A detection-style transform: any image to 320 x 320 (SSDlite)."""
-    m = Sizes(mode, [(320, 320), (61, 41)])
+    m = at_sizes(mode, [(320, 320), (61, 41)])
     dyn = ({2: Dim("h", min=2, max=1024), 3: Dim("w", min=2, max=1024)},)
     r = pt2onnx.export(m, (torch.rand(1, 3, 240, 320),), None, dynamic_shapes=dyn)
     assert "Resize" not in _ops(r)
@@ -78,20 +84,10 @@ def test_dynamic_input_fixed_size_2d(mode):
             _check(g, e, mode)
 
 
-class Scale(nn.Module):
-    def __init__(self, mode, scale):
-        super().__init__()
-        self.mode, self.scale = mode, scale
-
-    def forward(self, x):
-        kw = {} if self.mode.startswith("nearest") else {"align_corners": False}
-        return F.interpolate(x, scale_factor=self.scale, mode=self.mode, **kw)
-
-
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "bilinear"])
 @pytest.mark.parametrize("scale", [(1.5, 0.7), (2.0, 0.5)])
 def test_dynamic_scale_factor(mode, scale):
-    m = Scale(mode, scale)
+    m = Interp(mode, [{"scale_factor": scale}])
     dyn = ({2: Dim("h", min=4, max=1024), 3: Dim("w", min=4, max=1024)},)
     r = pt2onnx.export(m, (torch.rand(1, 2, 30, 40),), None, dynamic_shapes=dyn)
     # Powers of two: Resize's division is exact, it stays.
@@ -99,12 +95,12 @@ def test_dynamic_scale_factor(mode, scale):
     for h, w in [(33, 57), (41, 82), (7, 9)]:
         x = torch.rand(1, 2, h, w)
         _, (got,) = run_ort(r.model_bytes, {"x": x.numpy()})
-        _check(got, m(x), mode)
+        _check(got, m(x)[0], mode)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
 def test_bilinear_dtypes(dtype):
-    m = Sizes("bilinear", [(320, 320), (7, 5)])
+    m = at_sizes("bilinear", [(320, 320), (7, 5)])
     r = pt2onnx.export(m, (torch.rand(1, 2, 200, 280).to(dtype),), None)
     x = torch.rand(1, 2, 200, 280).to(dtype)
     _, got = run_ort(r.model_bytes, {"x": x.numpy()})
@@ -146,22 +142,12 @@ def test_trilinear_and_nearest_3d():
         _check(got[1], e[1], "nearest")
 
 
-class Interp(nn.Module):
-    def __init__(self, mode, align, sizes):
-        super().__init__()
-        self.mode, self.align, self.sizes = mode, align, sizes
-
-    def forward(self, x):
-        return tuple(F.interpolate(x, size=s, mode=self.mode, align_corners=self.align)
-                     for s in self.sizes)
-
-
 @pytest.mark.parametrize("mode,align", [("bilinear", True), ("bicubic", False), ("bicubic", True)])
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_align_corners_and_bicubic(mode, align, dynamic):
     """Resize's align_corners coordinate and its cubic weights are 1.4e-5 and
     1.7e-5 off torch's on these sizes (measured against onnxruntime)."""
-    m = Interp(mode, align, [(1, 320), (61, 7), (3, 1)])
+    m = at_sizes(mode, [(1, 320), (61, 7), (3, 1)], align)
     dyn = ({2: Dim("h", min=2, max=512), 3: Dim("w", min=2, max=512)},) if dynamic else None
     r = pt2onnx.export(m, (torch.rand(1, 2, 41, 97),), None, dynamic_shapes=dyn)
     for h, w in [(41, 97)] + ([(5, 200), (2, 3)] if dynamic else []):
@@ -173,7 +159,7 @@ def test_align_corners_and_bicubic(mode, align, dynamic):
 
 def test_power_of_two_ratios_keep_resize():
     """Where the ratio is a power of two, Resize's division is exact: it stays."""
-    m = Interp("bicubic", False, [(82, 194)])
+    m = at_sizes("bicubic", [(82, 194)])
     r = pt2onnx.export(m, (torch.rand(1, 2, 41, 97),), None)
     assert _ops(r).count("Resize") == 1 and "Gather" not in _ops(r)
     x = torch.rand(1, 2, 41, 97)
