@@ -43,14 +43,6 @@ void native_dropout_backward(Ctx& c) {
   c.set_output(0, e.mul(e.mul(g, m), e.k(c.f("scale", 1.0))));
 }
 
-// Dims [start, end) of v's shape as a 1-D int64 (Shape's start/end are opset 15).
-std::string shape_part(Ctx& c, const std::string& v, int64_t start, int64_t end) {
-  if (c.opset() >= 15)
-    return c.b.op("Shape", {v}, {Attr::Int("start", start), Attr::Int("end", end)});
-  return c.b.op("Slice", {c.b.op("Shape", {v}), c.b.const_i64({start}), c.b.const_i64({end}),
-                          c.b.const_i64({0})});
-}
-
 // The pooled gradient added into a zero tensor shaped like `self` at the
 // flat per-plane indices the forward pass recorded (ties add up).
 void max_pool_backward(Ctx& c, size_t n) {
@@ -66,7 +58,7 @@ void max_pool_backward(Ctx& c, size_t n) {
   // [lead..., spatial...] -> [lead, prod(spatial)]: lead = the batch/channel dims.
   std::string full = c.b.op("Shape", {self});
   auto lead_n = static_cast<int64_t>(r - n);
-  std::string lead = shape_part(c, self, 0, lead_n);
+  std::string lead = c.shape_part(self, 0, lead_n);
   std::string flat_in = c.b.op("Concat", {lead, c.b.const_i64({-1})}, {Attr::Int("axis", 0)});
   std::string g2 = c.reshape(g, flat_in);
   std::string i2 = c.reshape(idx, flat_in);
@@ -78,7 +70,7 @@ void max_pool_backward(Ctx& c, size_t n) {
                    {Attr::Int("axis", lead_n), Attr::Str("reduction", "add")}, c.type(zeros));
   } else {
     // One-hot matrix product: [.., 1, L] @ [.., L, HW] (Equal against a range).
-    std::string hw = shape_part(c, zeros, lead_n, lead_n + 1);
+    std::string hw = c.shape_part(zeros, lead_n, lead_n + 1);
     std::string range = c.b.op("Range", {c.b.scalar_i64(0), c.squeeze(hw, {0}), c.b.scalar_i64(1)});
     std::string onehot = c.cast(c.b.op("Equal", {c.unsqueeze(i2, {-1}), range}), e.t);
     r_out = c.squeeze(c.b.op("MatMul", {c.unsqueeze(g2, {-2}), onehot}), {-2});

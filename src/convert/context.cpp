@@ -348,6 +348,16 @@ DType Ctx::kernel_type(std::string_view op, DType t) const {
   return t;
 }
 
+std::string Ctx::shape_part(const std::string& v, int64_t start, int64_t end) {
+  if (opset() >= 15) {
+    std::vector<Attr> attrs{Attr::Int("start", start)};
+    if (end != kToEnd) attrs.push_back(Attr::Int("end", end));
+    return b.op("Shape", {v}, std::move(attrs));
+  }
+  return b.op("Slice",
+              {b.op("Shape", {v}), b.const_i64({start}), b.const_i64({end}), b.const_i64({0})});
+}
+
 std::string Ctx::dim_value(const std::string& v, int64_t axis) {
   const ValueType& t = type(v);
   if (!t.shape) fail("internal: rank unknown for '" + v + "'");

@@ -3,6 +3,7 @@
 // their default are omitted from the JSON), the output metadata torch
 // recorded, and helpers shared by all op families.
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -102,6 +103,11 @@ class Ctx {
   DType kernel_type(std::string_view op, DType t) const;
   // Dim `axis` of `v` as a 1-D int64 value (constant when static).
   std::string dim_value(const std::string& v, int64_t axis);
+  // Dims [start, end) of v's shape as a 1-D int64 (negative counts from the
+  // end; kToEnd: through the last). Shape's start / end exist from opset 15;
+  // before it, Shape + Slice.
+  static constexpr int64_t kToEnd = INT64_MAX;
+  std::string shape_part(const std::string& v, int64_t start, int64_t end = kToEnd);
   std::string unsqueeze(const std::string& v, const std::vector<int64_t>& axes);
   std::string squeeze(const std::string& v, const std::vector<int64_t>& axes);
   std::string transpose(const std::string& v, const std::vector<int64_t>& perm);

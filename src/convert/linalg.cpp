@@ -205,7 +205,7 @@ std::string first_flag_info(Ctx& c, const std::string& z) {
   for (size_t k = 0; zs && k + 1 < zs->size(); ++k)
     empty |= (*zs)[k].is_static() && (*zs)[k].value == 0;
   if (empty) {
-    std::string s = c.b.op("Shape", {z}, {Attr::Int("start", 0), Attr::Int("end", -1)});
+    std::string s = c.shape_part(z, 0, -1);
     return c.b.op("ConstantOfShape", {s},
                   {Attr::Tensor("value", *TensorData::scalar(DType::Int32, 0, {1}))});
   }
@@ -226,7 +226,7 @@ std::string lu_info(Ctx& c, const LU& f, int64_t n) {
 
 // int32 zeros of the batch shape of `a` (an "info" output of a call that cannot fail here).
 std::string batch_zeros_i32(Ctx& c, const std::string& a) {
-  std::string s = c.b.op("Shape", {a}, {Attr::Int("start", 0), Attr::Int("end", -2)});
+  std::string s = c.shape_part(a, 0, -2);
   return c.b.op("ConstantOfShape", {s},
                 {Attr::Tensor("value", *TensorData::scalar(DType::Int32, 0, {1}))});
 }
@@ -283,13 +283,13 @@ void set_lu_outputs(Ctx& c, const std::string& a, size_t first) {
   LU f = lu_factor(c, c.cast(a, c.out_dtype(first)), n);
   c.set_output(first, f.lu);
   // int64 zeros [..., 1] to give every pivot (constants included) the batch shape
-  std::string bshape = c.b.op("Shape", {a}, {Attr::Int("start", 0), Attr::Int("end", -2)});
+  std::string bshape = c.shape_part(a, 0, -2);
   std::string base = c.b.op("ConstantOfShape", {cat(c, {bshape, c.b.const_i64({1})}, 0)},
                             {Attr::Tensor("value", *TensorData::scalar(DType::Int64, 0, {1}))});
   std::vector<std::string> ps;
   for (auto& p : f.piv) ps.push_back(c.b.op("Add", {p, base}));
   if (n == 0) {
-    std::string s0 = c.b.op("Shape", {a}, {Attr::Int("start", 0), Attr::Int("end", -1)});
+    std::string s0 = c.shape_part(a, 0, -1);
     c.set_output(first + 1,
                  c.b.op("ConstantOfShape", {s0},
                         {Attr::Tensor("value", *TensorData::scalar(DType::Int32, 0, {1}))}));
@@ -565,7 +565,7 @@ void lu_factor_ex(Ctx& c) {
   std::string a = c.cast(c.arg("A") ? c.tensor("A") : c.tensor("self"), c.out_dtype());
   auto [m, n] = matrix_mn(c, a);
   LU f = lu_factor(c, a, m, n);
-  std::string bshape = c.b.op("Shape", {a}, {Attr::Int("start", 0), Attr::Int("end", -2)});
+  std::string bshape = c.shape_part(a, 0, -2);
   std::string base = c.b.op("ConstantOfShape", {cat(c, {bshape, c.b.const_i64({1})}, 0)},
                             {Attr::Tensor("value", *TensorData::scalar(DType::Int64, 0, {1}))});
   std::vector<std::string> ps;

@@ -56,7 +56,7 @@ std::string plane_size(Ctx& c, const std::string& x, size_t n) {
   }
   if (all_static) return c.b.scalar_i64(p);
   auto r = static_cast<int64_t>(s.size());
-  std::string dims = c.b.op("Shape", {x}, {Attr::Int("start", r - static_cast<int64_t>(n))});
+  std::string dims = c.shape_part(x, r - static_cast<int64_t>(n));
   return c.reduce("ReduceProd", dims, {}, false);
 }
 

@@ -12,6 +12,7 @@
 #include "convert/custom_converters.h"
 #include "core/pipeline.h"
 #include "core/weight_source.h"
+#include "ir/check_structure.h"
 #include "onnx/model_writer.h"
 #include "opt/passes.h"
 #include "pt2onnx/pt2onnx.h"
@@ -262,6 +263,13 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
                   "): please report it with this message");
     }
   };
+  // The stage (and pass) that ran last, named by the structural check.
+  std::string last = "converting";
+  auto passes_ran = [&last](const char* stage_name,
+                            const std::vector<std::pair<std::string, size_t>>& log) {
+    last = log.empty() ? std::string(stage_name)
+                       : stage_name + (" (last pass: " + log.back().first + ")");
+  };
   auto t0 = clock::now();
   schema::Program prog = stage("reading the program", [&] { return read(); });
   auto t1 = clock::now();
@@ -280,40 +288,67 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
   const PassOptions last_passes{options.opset, options.target, dtype,
                                 options.in_memory && options.weights_by_reference};
   const bool inlining = options.inline_functions;
-  if (options.all_modules_as_functions || !options.modules_as_functions.empty()) {
+  const bool module_functions =
+      options.all_modules_as_functions || !options.modules_as_functions.empty();
+  if (module_functions) {
     // Module calls become functions before CSE, which would merge equal
     // nodes of different calls (see extract_module_functions.cpp).
-    if (options.optimize) stage("optimizing", [&] { return run_passes_before_functions(g); });
+    if (options.optimize)
+      stage("optimizing", [&] { passes_ran("optimizing", run_passes_before_functions(g)); });
     stage("making module functions", [&] {
+      last = "extract_module_functions";
       return extract_module_functions(
           g, ModuleSelection{options.all_modules_as_functions, options.modules_as_functions},
           options.opset);
     });
-    if (options.optimize)
-      stage("optimizing", [&] {
-        return run_default_passes(g, inlining ? pass_options : last_passes).size() +
-               optimize_function_bodies(g, pass_options);
-      });
-  } else if (options.optimize) {
-    stage("optimizing",
-          [&] { return run_default_passes(g, inlining ? pass_options : last_passes); });
   }
+  // Functions kept (module functions, custom converters written as
+  // functions) in a float16 model: the bodies are converted first, each as a
+  // graph typed from the values it stood for, then the main graph, whose
+  // calls then pass and return the target type (convert_float16.cpp).
+  const bool functions_in_float16 = !inlining && dtype != DType::Float && !g.functions.empty();
+  PassOptions main_passes = inlining ? pass_options : last_passes;
+  if (functions_in_float16) main_passes.dtype = DType::Float;
+  bool bodies_converted = false;
+  if (options.optimize)
+    stage("optimizing", [&] {
+      passes_ran("optimizing", run_default_passes(g, main_passes));
+      if (!module_functions) return;
+      last = "optimize_function_bodies";
+      optimize_function_bodies(g, inlining ? pass_options : last_passes);
+      bodies_converted = true;
+    });
+  if (functions_in_float16)
+    stage("converting to float16", [&] {
+      if (!bodies_converted) {
+        last = "convert_float16 (function bodies)";
+        run_on_function_bodies(
+            g, [&](Graph& body) { return convert_float16(body, dtype, options.opset); });
+      }
+      last = "convert_float16";
+      return convert_float16(g, dtype, options.opset);
+    });
   // Inlined bodies get the default passes again (CSE across former calls),
   // so the graph is the one a plain export writes.
   if (inlining)
     stage("inlining functions", [&] {
       const bool had_functions = !g.functions.empty();
       size_t n = had_functions ? inline_functions(g) : 0;
+      last = "inline_functions";
       if (options.optimize && (had_functions || dtype != DType::Float))
-        run_default_passes(g, last_passes);
+        passes_ran("inlining functions", run_default_passes(g, last_passes));
       return n;
     });
-  if (!options.optimize && dtype != DType::Float)
-    stage("converting to float16", [&] { return convert_float16(g, dtype, options.opset); });
+  if (!options.optimize && dtype != DType::Float && !functions_in_float16)
+    stage("converting to float16", [&] {
+      last = "convert_float16";
+      return convert_float16(g, dtype, options.opset);
+    });
   // Last: the weights as every other pass left them (float16 included).
   if (options.quantize.bits)
     stage("quantizing weights", [&] {
       const PassOptions po{options.opset, options.target};
+      last = "quantize_weights";
       size_t n = quantize_weights(g, options.quantize, po);
       // The MatMulNBits of one activation (gate / up) packed: their bytes
       // are small now, unlike the float weights before.
@@ -321,6 +356,13 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
       return n;
     });
   auto t3 = clock::now();
+  // Names settled once for the whole graph (name_nodes.cpp), then the rules
+  // every consumer relies on, before a byte is written.
+  stage("checking the graph", [&] {
+    name_nodes(g);
+    check_structure(g, options.opset, last);
+  });
+  auto t3c = clock::now();
   // Model-local functions need IR version 8 (opsets 13 and 14 otherwise get 7).
   if (!g.functions.empty() && r.ir_version < 8) r.ir_version = 8;
   WriteOptions wo;
@@ -351,7 +393,8 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
   r.timings = {{"read", secs(t0, t1)},
                {"convert", secs(t1, t2)},
                {"optimize", secs(t2, t3)},
-               {"write", secs(t3, t4)}};
+               {"check", secs(t3, t3c)},
+               {"write", secs(t3c, t4)}};
   return r;
 }
 

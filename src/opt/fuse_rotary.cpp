@@ -467,6 +467,23 @@ class Emitter {
     return v;
   }
 
+  // Dims [start, end) of x's shape as `to`: Shape's start / end exist from
+  // opset 15; before it, the whole shape and a Slice.
+  void shape_range(const std::string& x, int64_t start, int64_t end, const std::string& to,
+                   const Node& like, std::vector<Node>& out) {
+    if (o_.opset >= 15) {
+      out.push_back(
+          node("Shape", {x}, {to}, {Attr::Int("start", start), Attr::Int("end", end)}, like));
+      return;
+    }
+    const ValueType* t = g_.type_of(x);
+    const Dim rank =
+        t && t->shape ? Dim::of(static_cast<int64_t>(t->shape->size())) : Dim::unknown();
+    std::string shape = fresh(x + "_shape", DType::Int64, {rank});
+    out.push_back(node("Shape", {x}, {shape}, {}, like));
+    out.push_back(node("Slice", {shape, ints({start}), ints({end}), ints({0})}, {to}, {}, like));
+  }
+
   // c [1, S, h] expanded to x's batch B: Expand(c, [B, 1, 1]).
   std::string to_batch_of(const std::string& c, const std::string& x, const Dim& b,
                           const Node& like, std::vector<Node>& out) {
@@ -474,7 +491,7 @@ class Emitter {
     auto it = expanded_.find(key);
     if (it != expanded_.end()) return it->second;
     std::string bx = fresh(x + "_batch", DType::Int64, {Dim::of(1)});
-    out.push_back(node("Shape", {x}, {bx}, {Attr::Int("start", 0), Attr::Int("end", 1)}, like));
+    shape_range(x, 0, 1, bx, like, out);
     std::string shape = fresh(c + "_batch_shape", DType::Int64, {Dim::of(3)});
     out.push_back(node("Concat", {bx, ints({1, 1})}, {shape}, {Attr::Int("axis", 0)}, like));
     const ValueType* t = g_.type_of(c);
@@ -502,14 +519,7 @@ class Emitter {
       if (cs[0].is_static() && cs[1].is_static()) bs = Dim::of(cs[0].value * cs[1].value);
       // Range(0, B * S) as [B, S]: Shape [B, S], ReduceProd, Range, Reshape.
       std::string bs2 = fresh(c + "_bs_shape", DType::Int64, {Dim::of(2)});
-      if (o_.opset >= 15) {
-        out.push_back(
-            node("Shape", {c}, {bs2}, {Attr::Int("start", 0), Attr::Int("end", 2)}, like));
-      } else {
-        std::string shape = fresh(c + "_shape", DType::Int64, {Dim::of(3)});
-        out.push_back(node("Shape", {c}, {shape}, {}, like));
-        out.push_back(node("Slice", {shape, ints({0}), ints({2}), ints({0})}, {bs2}, {}, like));
-      }
+      shape_range(c, 0, 2, bs2, like, out);
       std::string n = fresh(c + "_bs", DType::Int64, {});
       out.push_back(node("ReduceProd", {bs2}, {n}, {Attr::Int("keepdims", 0)}, like));
       std::string range = fresh(c + "_range", DType::Int64, {bs});

@@ -1,3 +1,4 @@
+#include <functional>
 #include <unordered_set>
 
 #include "opt/passes.h"
@@ -143,6 +144,14 @@ std::vector<std::pair<std::string, size_t>> run_passes_before_functions(Graph& g
 }
 
 size_t optimize_function_bodies(Graph& g, const PassOptions& options) {
+  return run_on_function_bodies(g, [&options](Graph& body) {
+    size_t changed = 0;
+    for (auto& [name, n] : run_default_passes(body, options)) changed += n;
+    return changed;
+  });
+}
+
+size_t run_on_function_bodies(Graph& g, const std::function<size_t(Graph&)>& fn) {
   size_t changed = 0;
   for (Function& f : g.functions) {
     // The body as a graph: formal inputs / outputs with the types of the
@@ -168,7 +177,13 @@ size_t optimize_function_bodies(Graph& g, const PassOptions& options) {
       body.nodes.push_back(std::move(n));
     }
     for (auto& i : body.inputs) body.types[i.name] = i.type;
-    for (auto& [name, n] : run_default_passes(body, options)) changed += n;
+    changed += fn(body);
+    // Domains the passes brought in (onnxruntime's contrib ops): imported by
+    // the body and by the model, at one version.
+    for (auto& [domain, version] : body.domain_versions) {
+      f.opset_imports.emplace(domain, version);
+      g.domain_versions.emplace(domain, version);
+    }
     // Back to a body: constants it still reads as Constant nodes, first.
     std::unordered_set<std::string> read;
     for (auto& n : body.nodes)

@@ -1,5 +1,6 @@
 // Graph passes, one per file, run in the flat order listed in pass_list.cpp.
 #pragma once
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,6 +102,11 @@ size_t extract_module_functions(Graph& g, const ModuleSelection& selection, int 
 // graph and on each function body (formal inputs / outputs kept).
 std::vector<std::pair<std::string, size_t>> run_passes_before_functions(Graph& g);
 size_t optimize_function_bodies(Graph& g, const PassOptions& o = {});
+// Runs `fn` on each function body as a graph of its own (formal inputs and
+// outputs typed as the values they stood for, Constant nodes as
+// initializers), then puts the body back; domains `fn` brought in are
+// imported by the function and the model. Returns the sum of fn's counts.
+size_t run_on_function_bodies(Graph& g, const std::function<size_t(Graph&)>& fn);
 
 // Every call of a model-local function replaced by its body; the functions
 // are dropped. Returns the number of calls inlined.
@@ -110,6 +116,12 @@ size_t inline_functions(Graph& g);
 // opset and target (o), then the clean-up passes again; returns (pass name,
 // changes) for each run.
 std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g, const PassOptions& o = {});
+
+// Makes node names unique (name_nodes.cpp): across the main graph and its
+// nested graphs, and within each function body; later nodes of a repeated
+// name get "<name>_<k>". Run once, after every other pass. Returns the number
+// of nodes renamed.
+size_t name_nodes(Graph& g);
 
 // Replaces every use of `from` by `to` in node inputs, nested graphs
 // included (not the outputs of `g`).

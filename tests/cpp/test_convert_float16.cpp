@@ -232,11 +232,66 @@ TEST(ConvertFloat16, OpWithoutFloat16StaysFloat32) {
   EXPECT_EQ(type_of(g, out->inputs[0]), DType::Float);
 }
 
-// Module functions have no types in their bodies: refused with a message.
-TEST(ConvertFloat16, RefusesModelLocalFunctions) {
+// Model-local functions: each body converted as a graph typed from the values
+// it stood for (run_on_function_bodies), then the main graph, whose call is a
+// node of another domain; every float crossing the call is float16 on both
+// sides, the body's constant included.
+TEST(ConvertFloat16, ModelLocalFunctionsConvertedBodyAndCaller) {
   Graph g;
-  g.functions.push_back(Function{});
-  EXPECT_THROW(convert_float16(g, DType::Float16, 18), Error);
+  const ValueType t = f32({Dim::of(2), Dim::of(3)});
+  g.inputs.push_back(GraphIO{"x", t});
+  g.types["x"] = t;
+  g.types["h"] = t;
+  g.types["y"] = t;
+  g.types["k"] = f32({});
+  g.types["m"] = t;
+  Node call;
+  call.op_type = "F";
+  call.domain = "pkg";
+  call.name = "call";
+  call.inputs = {"x"};
+  call.outputs = {"y"};
+  g.nodes.push_back(call);
+  g.outputs.push_back(GraphIO{"y", t});
+  g.domain_versions["pkg"] = 1;
+  Function f;
+  f.domain = "pkg";
+  f.name = "F";
+  f.inputs = {"x"};
+  f.outputs = {"y"};
+  f.opset_imports[""] = 18;
+  Node k;
+  k.op_type = "Constant";
+  k.name = "k";
+  k.outputs = {"k"};
+  k.attrs.push_back(Attr::Tensor("value", *TensorData::scalar(DType::Float, 2.0)));
+  Node mul;
+  mul.op_type = "Mul";
+  mul.name = "mul";
+  mul.inputs = {"x", "k"};
+  mul.outputs = {"m"};
+  Node relu;
+  relu.op_type = "Relu";
+  relu.name = "relu";
+  relu.inputs = {"m"};
+  relu.outputs = {"y"};
+  f.nodes = {k, mul, relu};
+  g.functions.push_back(f);
+
+  run_on_function_bodies(g, [](Graph& body) { return convert_float16(body, DType::Float16, 18); });
+  convert_float16(g, DType::Float16, 18);
+  EXPECT_EQ(g.inputs[0].type.dtype, DType::Float16);
+  EXPECT_EQ(g.outputs[0].type.dtype, DType::Float16);
+  const Function& body = g.functions[0];
+  auto constant = std::find_if(body.nodes.begin(), body.nodes.end(),
+                               [](const Node& n) { return n.op_type == "Constant"; });
+  ASSERT_NE(constant, body.nodes.end());
+  EXPECT_EQ(constant->attr("value")->t->dtype, DType::Float16);
+  // Nothing to cast: the body computes in float16 from its float16 input.
+  EXPECT_EQ(std::count_if(body.nodes.begin(), body.nodes.end(),
+                          [](const Node& n) { return n.op_type == "Cast"; }),
+            0);
+  EXPECT_EQ(body.outputs, std::vector<std::string>{"y"});
 }
 
 // Resize's scales are tensor(float) whatever X's type: a scales initializer
