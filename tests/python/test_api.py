@@ -89,7 +89,8 @@ def test_in_memory_result_and_timings():
     assert r.path is None and r.model_bytes
     mp = onnx.load_from_string(r.model_bytes)
     assert mp.producer_name == "pt2onnx"
-    assert set(r.timings) == {"capture", "serialize", "read", "convert", "optimize", "write", "total"}
+    assert set(r.timings) == {"capture", "serialize", "read", "convert", "optimize", "check", "write",
+                             "total"}
     assert all(v >= 0 for v in r.timings.values())
     assert r.nodes == len(mp.graph.node) and r.initializers == len(mp.graph.initializer)
     assert "capture" in str(r)

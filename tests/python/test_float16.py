@@ -170,9 +170,24 @@ def test_dtype_errors(tmp_path):
         pt2onnx.export(model, (torch.randn(1, 2),), str(tmp_path / "m.onnx"), dtype=torch.int8)
     with pytest.raises(ValueError, match="dtype must be"):
         pt2onnx.export(model, (torch.randn(1, 2),), str(tmp_path / "m.onnx"), dtype="half")
-    with pytest.raises(pt2onnx.ConversionError, match="model-local functions"):
-        pt2onnx.export(LayerNormMLP(), (torch.randn(1, 32),), str(tmp_path / "m.onnx"),
-                       dtype=torch.float16, export_modules_as_functions=True)
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+@pytest.mark.parametrize("target", ["standard", "onnxruntime"])
+def test_module_functions(optimize, target, tmp_path):
+    """float16 with the module calls kept as functions (refused before issue
+    34): each body converted on its own, float16 across every call."""
+    import onnx
+
+    torch.manual_seed(0)
+    model = LayerNormMLP().eval()
+    f = str(tmp_path / "m.onnx")
+    pt2onnx.export(model, (torch.randn(3, 32),), f, dtype=torch.float16, optimize=optimize,
+                   target=target, export_modules_as_functions=True)
+    m = onnx.load(f)
+    assert m.functions, "no function written"
+    assert m.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    _compare(f, model, (torch.randn(3, 32),))
 
 
 def test_without_optimize(tmp_path):
