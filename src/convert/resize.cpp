@@ -16,6 +16,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "convert/context.h"
@@ -378,7 +379,24 @@ void emit_resize(Ctx& c, Mode mode, bool antialias) {
   std::vector<std::string> in{x, ""};
   if (!sf.empty()) {
     std::vector<float> scales{1.0f, 1.0f};
-    for (double s : sf) scales.push_back(static_cast<float>(s));
+    for (size_t k = 0; k < n; ++k) {
+      // Resize's output size is floor(in * scale): where the float scale
+      // gives another size than torch's (20 * 0.9f = 17.9999995 -> 17; ONNX's
+      // shape inference multiplies in double, onnxruntime in float), the
+      // nearest float scale that gives torch's size both ways (the
+      // coordinates move by an ulp of the scale).
+      auto s = static_cast<float>(sf[k]);
+      const Dim& di = (*c.type(x).shape)[k + 2];
+      const Dim& dout = ot.shape ? (*ot.shape)[k + 2] : Dim::unknown();
+      if (di.is_static() && dout.is_static() && di.value > 0) {
+        const auto din = static_cast<double>(di.value), dou = static_cast<double>(dout.value);
+        for (int step = 0; step < 64 && std::floor(din * s) < dou; ++step)
+          s = std::nextafter(s, std::numeric_limits<float>::infinity());
+        for (int step = 0; step < 64 && std::floor(din * s) > dou; ++step)
+          s = std::nextafter(s, 0.0f);
+      }
+      scales.push_back(s);
+    }
     in.push_back(const_f32(c, scales));
   } else {
     in.push_back("");
