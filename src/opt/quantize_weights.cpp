@@ -339,13 +339,10 @@ size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions
         "block_size=0 (per channel, 8 bits) or target='onnxruntime'");
 
   GraphIndex ix(g);
-  if (!ort && o.opset < 19)
-    for (const auto& io : g.inputs)
-      if (io.type.dtype == DType::Float16)
-        throw Error(
-            "quantize with float16 and target='standard' needs opset 19 or later "
-            "(float16 scales in DequantizeLinear)");
   FreshNames names(g);
+  // DequantizeLinear's scales (and so its output) are float32 before opset
+  // 19: a float16 model's weights are dequantized to float32 and cast.
+  auto dq_type = [&o](DType t) { return o.opset < 19 ? DType::Float : t; };
   std::map<std::pair<std::string, bool>, BlockInitializers>
       done;  // (weight, transposed) -> its quantized form
   std::vector<Initializer> added;
@@ -401,7 +398,7 @@ size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions
       if (ort && base.size() > 2 && base.compare(base.size() - 2, 2, ".T") == 0)
         base.resize(base.size() - 2);
       BlockInitializers m = ort ? matmul_nbits_inputs(qz, pl, at->dtype, base, names)
-                                : dq_inputs(qz, *src, pl, at->dtype, base, names);
+                                : dq_inputs(qz, *src, pl, dq_type(at->dtype), base, names);
       for (auto& i : m.inits) added.push_back(i);
       it = done.emplace(key, std::move(m)).first;
     }
@@ -431,7 +428,14 @@ size_t quantize_weights(Graph& g, const WeightQuantization& q, const PassOptions
         attrs.push_back(Attr::Int("block_size", pl.block));
       }
       out.push_back(make_node("DequantizeLinear", in, {deq}, attrs, n));
-      g.types[deq] = static_type(at->dtype, {s.K, s.N});
+      g.types[deq] = static_type(dq_type(at->dtype), {s.K, s.N});
+      if (dq_type(at->dtype) != at->dtype) {
+        std::string cast = names(deq + "_cast");
+        out.push_back(make_node("Cast", {deq}, {cast},
+                                {Attr::Int("to", static_cast<int64_t>(at->dtype))}, n));
+        g.types[cast] = static_type(at->dtype, {s.K, s.N});
+        deq = cast;
+      }
       out.push_back(make_node("MatMul", {n.inputs[0], deq}, {mm_out}, {}, n));
     }
     if (bias) {
