@@ -1,5 +1,6 @@
 #include "ir/check_structure.h"
 
+#include <cstdlib>
 #include <string_view>
 #include <unordered_set>
 #include <vector>
@@ -14,15 +15,17 @@ namespace {
 // domains its nodes use (checked against its imports at the end).
 class Checker {
  public:
-  Checker(std::string after, std::string where)
-      : after_(std::move(after)), where_(std::move(where)) {}
+  Checker(std::string after, std::string where, bool names = true)
+      : after_(std::move(after)), where_(std::move(where)), names_(names) {}
 
   // Walks `g` as a nested scope of whatever is open; `inputs` of a function
   // body stand in for graph inputs.
   void graph(const Graph& g) {
     scopes_.emplace_back();
+    scopes_.back().reserve(g.inputs.size() + g.initializers.size() + 2 * g.nodes.size());
     graph_names_.push_back(g.name);
     node_names_.emplace_back();
+    node_names_.back().reserve(g.nodes.size());
     for (auto& i : g.inputs) define(i.name, nullptr, "graph input");
     for (auto& i : g.initializers) define(i.name, nullptr, "initializer");
     nodes(g.nodes);
@@ -69,13 +72,15 @@ class Checker {
       if (!n->fx_target.empty()) msg += " " + n->fx_target;
       msg += ")";
     }
-    throw Error(msg + ": " + what + "; please report it with this message");
+    throw Error(msg + ": " + what +
+                "; please report it with this message (PT2ONNX_CHECK_EACH_PASS=1 in the "
+                "environment names the pass that broke the graph)");
   }
 
  private:
   void nodes(const std::vector<Node>& ns) {
     for (auto& n : ns) {
-      if (!n.name.empty() && !node_names_.back().insert(n.name).second)
+      if (names_ && !n.name.empty() && !node_names_.back().insert(n.name).second)
         fail(&n, "two nodes are named '" + n.name + "'");
       for (auto& in : n.inputs)
         if (!in.empty() && !visible(in))
@@ -100,7 +105,7 @@ class Checker {
     }
   }
 
-  bool visible(const std::string& v) const {
+  bool visible(std::string_view v) const {
     for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
       if (s->count(v)) return true;
     return false;
@@ -115,9 +120,11 @@ class Checker {
   }
 
   std::string after_, where_;
-  std::vector<std::unordered_set<std::string>> scopes_;
+  bool names_ = true;
+  // Views on the graph's own strings (it is not changed while checked): no copies.
+  std::vector<std::unordered_set<std::string_view>> scopes_;
   std::vector<std::string> graph_names_;
-  std::vector<std::unordered_set<std::string>> node_names_;
+  std::vector<std::unordered_set<std::string_view>> node_names_;
   std::unordered_set<std::string_view> attributes_;
   bool in_function_ = false;
   std::unordered_set<std::string> domains_;
@@ -127,6 +134,18 @@ class Checker {
 bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
 
 }  // namespace
+
+void check_values(const Graph& g, const std::string& after) {
+  Checker(after, "the main graph", false).graph(g);
+}
+
+bool check_each_pass() {
+  static const bool on = [] {
+    const char* v = std::getenv("PT2ONNX_CHECK_EACH_PASS");
+    return v && *v && std::string_view(v) != "0";
+  }();
+  return on;
+}
 
 void check_structure(const Graph& g, int opset, const std::string& after) {
   Checker model(after, "the main graph");

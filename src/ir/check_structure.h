@@ -28,4 +28,12 @@ namespace pt2onnx {
 // `opset`: the default domain's version the model imports.
 void check_structure(const Graph& g, int opset, const std::string& after);
 
+// The value rules only (single assignment, defined before use, outputs
+// defined), which every pass keeps: node names are settled and domains
+// imported at the end of the pipeline. Run after every pass when the
+// environment sets PT2ONNX_CHECK_EACH_PASS=1 (pass_list.cpp), to name the pass
+// that broke a graph.
+void check_values(const Graph& g, const std::string& after);
+bool check_each_pass();
+
 }  // namespace pt2onnx

@@ -10,6 +10,7 @@
 // keeps a name pointing at one node of the file), and within each function
 // body. Deterministic: the same graph gets the same names.
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -55,7 +56,21 @@ class Namer {
   std::unordered_map<std::string, int> next_;
 };
 
+// Whether every non-empty name of `nodes` (nested graphs included) is unique:
+// the common case, checked without copying a name.
+bool unique(const std::vector<Node>& nodes, std::unordered_set<std::string_view>& seen) {
+  for (auto& n : nodes) {
+    if (!n.name.empty() && !seen.insert(n.name).second) return false;
+    for (const Graph* s : subgraphs(n))
+      if (!unique(s->nodes, seen)) return false;
+  }
+  return true;
+}
+
 size_t settle(std::vector<Node>& nodes) {
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(nodes.size());
+  if (unique(nodes, seen)) return 0;
   Namer namer;
   namer.collect(nodes);
   return namer.settle(nodes);

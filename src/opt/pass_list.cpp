@@ -1,6 +1,7 @@
 #include <functional>
 #include <unordered_set>
 
+#include "ir/check_structure.h"
 #include "opt/passes.h"
 
 namespace pt2onnx {
@@ -30,6 +31,15 @@ size_t run_nested_first(Graph& g, FusionPass fn, const PassOptions& o) {
   return n + fn(g, o);
 }
 
+// PT2ONNX_CHECK_EACH_PASS=1: the value rules after every pass, so a broken
+// graph names the pass that broke it (check_structure.h).
+template <typename... Args>
+size_t run_checked(const char* name, Graph& g, Args... args) {
+  size_t n = run_nested_first(g, args...);
+  if (check_each_pass()) check_values(g, name);
+  return n;
+}
+
 // Folding exposes identical constants and nodes to CSE; CSE and folding
 // leave dead nodes for remove_unused. Two rounds reach the fixed point on
 // the graphs converters emit; more rounds only cost time.
@@ -46,7 +56,7 @@ void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
   for (int round = 0; round < 2; ++round) {
     size_t changed = 0;
     for (auto& [name, fn] : kPasses) {
-      size_t n = run_nested_first(g, fn);
+      size_t n = run_checked(name, g, fn);
       changed += n;
       log.emplace_back(name, n);
     }
@@ -104,7 +114,7 @@ std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g, const P
   run_cleanup(g, log);
   size_t fused = 0;
   for (auto& [name, fn] : fusions()) {
-    size_t n = run_nested_first(g, fn, o);
+    size_t n = run_checked(name, g, fn, o);
     fused += n;
     log.emplace_back(name, n);
     // The replaced nodes go before the next fusion counts readers.

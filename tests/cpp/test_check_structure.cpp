@@ -690,3 +690,21 @@ TEST(NameNodes, EmptyNamesStayEmpty) {
   EXPECT_EQ(names(g.functions[0].nodes), (std::vector<std::string>{"", ""}));
   EXPECT_NO_THROW(check_structure(g, kOpset, "name_nodes"));
 }
+
+// check_values (run after every pass under PT2ONNX_CHECK_EACH_PASS): the value
+// rules, naming the pass; node names (settled at the end) are not its concern.
+TEST(CheckValues, NamesThePassAndIgnoresNodeNames) {
+  Graph g = base();
+  g.nodes.push_back(node("Relu", "dup", {"x"}, {"a"}));
+  g.nodes.push_back(node("Neg", "dup", {"a"}, {"y"}));
+  EXPECT_NO_THROW(check_values(g, "fuse_gelu"));
+  g.nodes[0].inputs = {"missing"};
+  try {
+    check_values(g, "fuse_gelu");
+    FAIL() << "a read of an undefined value passed";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("internal error after fuse_gelu:"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("input 'missing'"), std::string::npos) << msg;
+  }
+}
