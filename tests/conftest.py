@@ -7,15 +7,66 @@ torch's serializer as it ships (less the discarded canonicalize()), read by
 the JSON reader as a .pt2 archive's is. A conversion that fails one way must
 fail the other way with the same message. Calls that overlap in time on one
 output path (the write-safety tests' racing threads) are not compared: what
-the path holds then depends on which commit came last."""
+the path holds then depends on which commit came last.
+
+Every file written through the core is also held to ONNX's rules
+(follows_onnx_rules, onnx_rules.py): structure, and onnx.checker or
+onnxruntime's operator schemas, by target (issue 34)."""
 
 import os
+import importlib.util
 import shutil
 import tempfile
 import threading
 import weakref
 
 import pytest
+
+
+# Off inside tests that take the no_hand_off_comparison fixture.
+_HAND_OFF = {"compare": True}
+
+
+@pytest.fixture
+def no_hand_off_comparison():
+    """For tests that convert one program many times to test something else
+    (the option matrix): each conversion made once, not also from torch's
+    JSON. The rules check stays."""
+    _HAND_OFF["compare"] = False
+    try:
+        yield
+    finally:
+        _HAND_OFF["compare"] = True
+
+
+def _onnx_rules():
+    """tests/onnx_rules.py, loaded by path: putting tests/ on sys.path would
+    make `import conftest` find this file instead of tests/python's."""
+    mod = _onnx_rules.__dict__.get("module")
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(
+            "pt2onnx_test_onnx_rules", os.path.join(os.path.dirname(__file__), "onnx_rules.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _onnx_rules.module = mod
+    return mod
+
+
+def follows_onnx_rules(r, kwargs):
+    """Every file the suite writes follows ONNX's rules (issue 34): the
+    structure, then onnx.checker (standard target) or onnxruntime's operator
+    schemas (onnxruntime target); see onnx_rules.py."""
+    check_model_file = _onnx_rules().check_model_file
+    target = kwargs.get("target") or "standard"
+    memory = [m[0] for m in r.get("memory_initializers") or []]
+    model = r["model_bytes"] if r.get("model_bytes") is not None else r["model_path"]
+    if isinstance(model, str) and not os.path.exists(model):
+        return  # replaced by a racing call to the same path (the write-safety tests)
+    try:
+        check_model_file(model, target, memory_initializers=memory)
+    except Exception as e:
+        raise AssertionError(f"the written file breaks ONNX's rules ({target} target): "
+                             f"{type(e).__name__}: {e}") from e
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -26,6 +77,8 @@ def _hand_off_checked_against_torch_json():
 
     def program(ep):
         tree = _serialize.program_tree(ep)
+        if not _HAND_OFF["compare"]:
+            return tree
         reference[id(tree)] = _serialize.serialize_program(ep, fast=False)
         weakref.finalize(tree, reference.pop, id(tree), None)
         return tree
@@ -40,6 +93,11 @@ def _hand_off_checked_against_torch_json():
     contended: set = set()  # tokens of calls that overlapped another on their path
 
     def convert(program, weights, output_path, *args, **kwargs):
+        r = compared(program, weights, output_path, *args, **kwargs)
+        follows_onnx_rules(r, kwargs)
+        return r
+
+    def compared(program, weights, output_path, *args, **kwargs):
         ref_json = None if isinstance(program, bytes) else reference.get(id(program))
         if ref_json is None:  # JSON given by a test, or a program made elsewhere
             return original_convert(program, weights, output_path, *args, **kwargs)

@@ -160,3 +160,55 @@ def test_decoder_step_exports_and_matches(arch, form, tmp_path):
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e.numpy(), atol=1e-4, rtol=1e-4)
+
+
+# The command converts the same step saved as a .pt2 (no Python conversion
+# path, so the suite's conftest does not see its files): each file is held to
+# ONNX's rules here and run against the program torch.export.load gives back.
+CLI_OPTIONS = [[], ["--target", "onnxruntime"],
+               ["--target", "onnxruntime", "--dtype", "float16", "--modules-as-functions", "all"],
+               ["--opset", "14", "--target", "onnxruntime", "--quantize", "int4"]]
+
+
+@pytest.mark.parametrize("options", CLI_OPTIONS, ids=[" ".join(o) or "default" for o in CLI_OPTIONS])
+def test_decoder_step_through_the_command(options, tmp_path):
+    import importlib.util
+    import os
+    import subprocess
+    import sysconfig
+
+    hf.prepare()
+    model, cfg = _model("qwen2")
+    ids, mask, kv = _step_inputs(batch=2, past=4, new=3, pad=2)
+    dyn = torch.export.Dim.DYNAMIC
+    kv_dims = {0: dyn, 2: dyn}
+    ep = torch.export.export(_FlatCache(model, cfg), (ids, mask, *kv), dynamic_shapes={
+        "input_ids": {0: dyn, 1: dyn}, "attention_mask": {0: dyn, 1: dyn},
+        **{n: kv_dims for n in ["k0", "v0", "k1", "v1"]}})
+    pt2, out = str(tmp_path / "step.pt2"), str(tmp_path / "step.onnx")
+    torch.export.save(ep, pt2)
+    cli = os.environ.get("PT2ONNX_CLI", os.path.join(sysconfig.get_path("scripts"), "pt2onnx"))
+    r = subprocess.run([cli, pt2, "-o", out, "-q", *options], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    spec = importlib.util.spec_from_file_location(
+        "onnx_rules_cli", os.path.join(os.path.dirname(__file__), "..", "onnx_rules.py"))
+    rules = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rules)
+    rules.check_model_file(out, "onnxruntime" if "onnxruntime" in options else "standard")
+
+    sess = ort_session(out)
+    ids, mask, kv = _step_inputs(batch=3, past=5, new=2, pad=3)
+    with torch.no_grad():
+        expected = [t.numpy() for t in ep.module()(ids, mask, *kv)]
+    half = "float16" in options
+    feeds = {i.name: (t.numpy().astype(np.float16) if half and t.is_floating_point()
+                      else t.numpy()) for i, t in zip(sess.get_inputs(), [ids, mask, *kv])}
+    got = sess.run(None, feeds)
+    for g, e in zip(got, expected, strict=True):
+        if "--quantize" in options:  # the README's int4 bound: cosine similarity 0.95
+            g64, e64 = g.astype(np.float64).ravel(), e.astype(np.float64).ravel()
+            assert g64 @ e64 / (np.linalg.norm(g64) * np.linalg.norm(e64)) > 0.95
+        else:
+            tol = 1e-2 if half else 1e-4
+            np.testing.assert_allclose(g.astype(np.float32), e, atol=tol, rtol=tol)
