@@ -315,7 +315,8 @@ void Ctx::set_output(size_t i, const std::string& produced) {
     env.values[fx] = fx;
     for (auto& [k, v] : env.cache)
       if (v == value) v = fx;
-    if (meta) b.set_type(fx, meta_type(*meta));
+    if (meta)
+      b.set_type(fx, declared_type(meta_type(*meta), b.has_type(fx) ? &b.type(fx) : nullptr));
     return;
   }
   env.values[fx] = value;
@@ -346,6 +347,13 @@ DType Ctx::kernel_type(std::string_view op, DType t) const {
   // onnxruntime's EyeLike has no bool kernel.
   if (op == "EyeLike" && t == DType::Bool) return DType::Int32;
   return t;
+}
+
+ValueType declared_type(ValueType recorded, const ValueType* computed) {
+  if (computed && computed->shape && recorded.shape &&
+      computed->shape->size() != recorded.shape->size())
+    return *computed;
+  return recorded;
 }
 
 std::string Ctx::shape_part(const std::string& v, int64_t start, int64_t end) {

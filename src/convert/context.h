@@ -38,6 +38,13 @@ inline std::string subclass_inner_key(const std::string& placeholder, const std:
   return "subclass_inner:" + placeholder + ":" + attr;
 }
 
+// The type a converted value is declared with: torch's recorded one, unless
+// the value computed is of another rank. Where torch's meta kernel and its
+// eager kernel disagree (multilabel_margin_loss of one 1-D sample: meta [1],
+// eager []), converters compute eager's, and the file must declare what it
+// computes (onnx.checker's shape inference refuses it otherwise).
+ValueType declared_type(ValueType recorded, const ValueType* computed);
+
 class Ctx {
  public:
   Ctx(GraphBuilder& builder, const schema::Program& p, const schema::Node& n, Env& e)

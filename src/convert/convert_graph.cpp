@@ -534,7 +534,7 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
       auto meta = prog.graph.tensor_values.find(a.name);
       if (meta == prog.graph.tensor_values.end())
         throw Error("output '" + a.name + "' has no tensor metadata (graph.tensor_values)");
-      t = top.meta_type(meta->second);
+      t = declared_type(top.meta_type(meta->second), b.has_type(value) ? &b.type(value) : nullptr);
     }
     std::string name = !user                                 ? spec.target + "_updated"
                        : out_index < opt.output_names.size() ? opt.output_names[out_index]
