@@ -17,14 +17,14 @@ APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time c
 STAMP := $(VENV)/.deps-stamp
 
 .PHONY: all deps deps-clang build python cpp demo test test-quick test-torch test-cpp test-python \
-        test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 bench-nodes bench-scale bench-sizes zoo coverage format format-check \
+        sanitize-configure test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 bench-nodes bench-scale bench-sizes zoo coverage format format-check \
         clean
 
 all: build
 
 # Dependencies: re-checked when the requirement files change.
 deps: $(STAMP)
-$(STAMP): requirements-dev.txt Makefile
+$(STAMP): requirements-dev.txt Makefile tools/venv_hook/_pt2onnx_torchvision_hook.py
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
@@ -33,6 +33,9 @@ $(STAMP): requirements-dev.txt Makefile
 	fi
 	@[ -x $(PY) ] || { echo "creating the project environment $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q -r requirements-dev.txt
+	@# PyPI's torchvision is a CUDA build whose compiled ops do not load with the CPU torch: a
+	@# start-up hook in .venv only lets `import torchvision` (and transformers) succeed anyway.
+	tools/venv_hook/install.sh $(PY)
 	@touch $(STAMP)
 
 # clang + libFuzzer, only for `make fuzz`.
@@ -62,60 +65,75 @@ demo: python
 test-cpp: cpp
 	ctest --test-dir $(CPP_BUILD) --output-on-failure -j $(JOBS)
 
-# pytest-xdist workers (the OpInfo suite is most of the run).
+# pytest-xdist workers (the OpInfo suite is most of the tests); --dist loadgroup keeps tests that
+# share a capture on one worker (xdist_group: test_zoo.py's configurations of a model).
+# --durations: the slowest tests in every log (CI's included).
 PYTEST_JOBS ?= $(JOBS)
+PYTEST_ARGS := -q -n $(PYTEST_JOBS) --dist loadgroup
+PYTEST_DURATIONS ?= 25
 test-python: python cpp
-	$(PY) -m pytest tests/python tests/models -q -n $(PYTEST_JOBS)
+	$(PY) -m pytest tests/python tests/models $(PYTEST_ARGS) --durations=$(PYTEST_DURATIONS)
 
 test: test-cpp test-python
 
 # Everyday loop: skips the tests marked slow (the >2 GB export).
 test-quick: test-cpp python
-	$(PY) -m pytest tests/python tests/models -q -n $(PYTEST_JOBS) -m "not slow"
+	$(PY) -m pytest tests/python tests/models $(PYTEST_ARGS) -m "not slow"
 
 # The quick suite (the tests not marked slow: OpInfo opset 18 float32, the quick zoo, the
 # detection models) under another torch release: TORCH=2.12.1 ... 2.14.1. Its environment
 # (torch, the matching torchvision, requirements-dev.txt) is made once by tools/torch_venv.sh
-# under build/torch-$(TORCH)/venv (the CUDA builds are several GB: kept); pt2onnx is installed
-# there editable from the same build directory. CI runs it for the newest release.
+# in the user's cache directory, keyed by its requirements (the CUDA builds are several GB: kept
+# across clones); pt2onnx is installed there editable from this clone's build directory. CI runs
+# it for the newest release.
 TORCH ?= 2.14.1
 test-torch: cpp
 	@venv=$$(tools/torch_venv.sh $(TORCH)) && \
 	PT2ONNX_WERROR=ON $$venv/bin/python -m pip install -q --no-build-isolation --no-deps -e . && \
 	echo "== torch $$($$venv/bin/python -c 'import torch; print(torch.__version__)') in $$venv" && \
-	PATH=$(CURDIR)/$$venv/bin:$$PATH $$venv/bin/python -m pytest tests/python tests/models -q \
-	  -n $(PYTEST_JOBS) -m "not slow"
+	PATH=$$venv/bin:$$PATH $$venv/bin/python -m pytest tests/python tests/models $(PYTEST_ARGS) \
+	  -m "not slow"
 
-# C++ tests (hostile-archive corpus included) under ASan + UBSan.
-ASAN_BUILD := build/asan
-test-sanitize: deps
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPT2ONNX_TESTS=ON \
-	  -DPT2ONNX_SANITIZE=ON -DPT2ONNX_WERROR=ON >/dev/null
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target pt2onnx_tests
-	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
+# The C++ tests (hostile-archive corpus included) under ASan + UBSan, and libFuzzer: one clang
+# build, build/sanitize, whose objects carry both instrumentations (-fsanitize=fuzzer-no-link,
+# address,undefined), so the core is compiled once for the two; asserts on, -O1 (ASan's advice)
+# and line tables only (symbolized stacks; full debug info doubled the compile time). The tests run as
+# JOBS shards of the gtest binary, one process each (ctest's process per test, ~2,400 of them,
+# spent minutes in ASan's start-up); a shard's leak check covers all its tests.
+SAN_BUILD := build/sanitize
+sanitize-configure: deps deps-clang
+	CXX=clang++-14 cmake -S . -B $(SAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+	  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" \
+	  -DPT2ONNX_TESTS=ON -DPT2ONNX_FUZZ=ON -DPT2ONNX_WERROR=ON >/dev/null
+test-sanitize: sanitize-configure
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target pt2onnx_tests
+	@rc=0; pids=""; for i in $$(seq 0 $$(($(JOBS) - 1))); do \
+	  ASAN_OPTIONS=detect_leaks=1 GTEST_TOTAL_SHARDS=$(JOBS) GTEST_SHARD_INDEX=$$i \
+	    $(SAN_BUILD)/pt2onnx_tests --gtest_brief=1 > $(SAN_BUILD)/shard-$$i.log 2>&1 & pids="$$pids $$!"; \
+	done; i=0; for p in $$pids; do \
+	  r=0; wait $$p || r=$$?; tail -n 3 $(SAN_BUILD)/shard-$$i.log | sed "s/^/shard $$i: /"; \
+	  if [ $$r -ne 0 ]; then cat $(SAN_BUILD)/shard-$$i.log; rc=$$r; fi; i=$$((i + 1)); \
+	done; exit $$rc
 
 # libFuzzer, seeded with the hostile corpus (valid.pt2 included, so inputs
 # reach conversion); bounded. The targets share FUZZ_SECONDS, a third each:
 # fuzz_archive (archive + schema readers), fuzz_pipeline (read, convert,
 # write a file) and fuzz_model_reader (the ONNX reader, seeded with
 # tests/data/onnx/*.onnx). -max_len 256 KiB: the deep-pickle reproducer (207 KB) fits whole.
-FUZZ_BUILD := build/fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := fuzz_archive fuzz_pipeline fuzz_model_reader
-fuzz: deps deps-clang
-	CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DPT2ONNX_FUZZ=ON >/dev/null
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
+fuzz: sanitize-configure
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
 	@each=$$(( $(FUZZ_SECONDS) / 3 > 0 ? $(FUZZ_SECONDS) / 3 : 1 )); rc=0; \
 	for t in $(FUZZ_TARGETS); do \
 	  seeds=tests/data/hostile/*.pt2; [ $$t = fuzz_model_reader ] && seeds=tests/data/onnx/*.onnx; \
-	  mkdir -p $(FUZZ_BUILD)/corpus_$$t && cp $$seeds $(FUZZ_BUILD)/corpus_$$t/; \
+	  mkdir -p $(SAN_BUILD)/corpus_$$t && cp $$seeds $(SAN_BUILD)/corpus_$$t/; \
 	  echo "== $$t, $$each s"; r=0; \
-	  $(FUZZ_BUILD)/$$t $(FUZZ_BUILD)/corpus_$$t -max_total_time=$$each \
-	    -max_len=262144 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/$$t- \
-	    > $(FUZZ_BUILD)/$$t.log 2>&1 || r=$$?; \
-	  grep -E "^(Done|stat::|==.*ERROR|SUMMARY)" $(FUZZ_BUILD)/$$t.log; \
-	  if [ $$r -ne 0 ]; then tail -n 60 $(FUZZ_BUILD)/$$t.log; rc=$$r; fi; \
+	  $(SAN_BUILD)/$$t $(SAN_BUILD)/corpus_$$t -max_total_time=$$each \
+	    -max_len=262144 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(SAN_BUILD)/$$t- \
+	    > $(SAN_BUILD)/$$t.log 2>&1 || r=$$?; \
+	  grep -E "^(Done|stat::|==.*ERROR|SUMMARY)" $(SAN_BUILD)/$$t.log; \
+	  if [ $$r -ne 0 ]; then tail -n 60 $(SAN_BUILD)/$$t.log; rc=$$r; fi; \
 	done; exit $$rc
 
 FORMAT_FILES = $(shell git ls-files '*.cpp' '*.h')

@@ -7,7 +7,7 @@ with dynamic height / width, and run in onnxruntime on two images of other
 sizes; the table gives export time, success, whether the number of
 detections matched PyTorch's on both images, and the largest difference in
 boxes and scores. Run it in the torch 2.14.1 environment (torchvision's
-compiled ops): build/torch-2.14.1/venv/bin/python bench/detection.py
+compiled ops): $(tools/torch_venv.sh 2.14.1)/bin/python bench/detection.py
 Writes bench/detection.md and bench/detection.json.
 """
 

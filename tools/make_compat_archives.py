@@ -4,10 +4,10 @@ each torch release pt2onnx reads, with inputs and the program's outputs on them
 
   python tools/make_compat_archives.py [VERSION ...]   (default: every release below)
 
-Environments: the pinned torch is .venv; another release uses
-build/torch-VERSION/venv when it already holds that torch (the full environment
-of `make test-torch`), else tools/torch_venv.sh VERSION --torch-only creates it
-(the CUDA build from PyPI: several GB, cached).
+Environments: the pinned torch is .venv; another release uses the environment
+tools/torch_venv.sh VERSION --torch-only prints: the full one of `make
+test-torch` when it exists, else one with torch alone (the CUDA build from
+PyPI: several GB, cached in the user's cache directory).
 
 tests/python/test_compat_archives.py converts every archive with the pt2onnx
 command and compares onnxruntime with the saved outputs.
@@ -33,9 +33,6 @@ def torch_of(python):
 def environment(version):
     if version == PINNED:
         return os.path.join(ROOT, ".venv", "bin", "python")
-    python = os.path.join(ROOT, "build", f"torch-{version}", "venv", "bin", "python")
-    if os.path.exists(python) and torch_of(python) == version:
-        return python
     venv = subprocess.run([os.path.join(ROOT, "tools", "torch_venv.sh"), version, "--torch-only"],
                           cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
     return os.path.join(ROOT, venv, "bin", "python")
