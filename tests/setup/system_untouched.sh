@@ -20,4 +20,18 @@ case "$where" in
   "$(pwd -P)"/*) ;;
   *) echo "FAIL: .venv's pt2onnx is $where, not this checkout's" >&2; exit 1 ;;
 esac
+# A plain interpreter of .venv, started outside the clone, imports transformers' models and
+# torchvision (PyPI's torchvision is a CUDA build: the start-up hook tools/venv_hook makes its
+# Python side import with the CPU torch; issue 35).
+venv_py="$(pwd)/.venv/bin/python"
+if ! imported=$(cd / && "$venv_py" -c '
+from transformers import LlamaConfig, BertModel
+import torchvision
+torchvision.models.resnet18()
+print(torchvision.__version__)' 2>&1); then
+  echo "$imported" >&2
+  echo "FAIL: .venv cannot import transformers' models and torchvision" >&2
+  exit 1
+fi
+echo "ok: .venv imports transformers (LlamaConfig, BertModel) and torchvision $(echo "$imported" | tail -n 1)"
 echo "ok: $(wc -l < "$before") packages of $py unchanged by make demo; .venv imports $where"
