@@ -18,13 +18,83 @@ import importlib.util
 import shutil
 import tempfile
 import threading
+import time
 import weakref
 
 import pytest
 
 
+def _threads_per_worker() -> int:
+    """CPU threads for each pytest-xdist worker: the cores shared out, so that
+    `-n <cores>` does not run two threads per core. Set for torch here and
+    exported as PT2ONNX_TEST_THREADS (onnxruntime sessions of the helpers) and
+    OMP_NUM_THREADS (subprocesses), unless the caller set them. Measured on the
+    quick zoo with 2 workers on 2 cores: 21.9 s with 2 threads each, 18.9 s
+    with 1."""
+    if "PT2ONNX_TEST_THREADS" not in os.environ:
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        os.environ["PT2ONNX_TEST_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    n = int(os.environ["PT2ONNX_TEST_THREADS"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(n))
+    import torch
+
+    torch.set_num_threads(n)
+    return n
+
+
+_threads_per_worker()
+
 # Off inside tests that take the no_hand_off_comparison fixture.
 _HAND_OFF = {"compare": True}
+
+# Seconds this process spent in the suite-wide checks below, by check; each test's share goes
+# to its report (user_properties) and the totals are printed at the end of the run, so a CI log
+# shows what the checks cost.
+_CHECK_SECONDS = {"hand-off (torch's JSON + 2nd conversion)": 0.0, "ONNX rules": 0.0}
+
+
+class _timed:
+    def __init__(self, what):
+        self.what = what
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc):
+        _CHECK_SECONDS[self.what] += time.perf_counter() - self.t0
+
+
+@pytest.fixture(autouse=True)
+def _check_seconds_of_test(request):
+    before = dict(_CHECK_SECONDS)
+    yield
+    spent = {k: round(v - before[k], 4) for k, v in _CHECK_SECONDS.items() if v > before[k]}
+    if spent:
+        request.node.user_properties.append(("check_seconds", spent))
+
+
+_CHECK_TOTALS: dict = {}
+_TEST_SECONDS = [0.0]
+
+
+def pytest_runtest_logreport(report):
+    _TEST_SECONDS[0] += report.duration
+    if report.when != "teardown":
+        return
+    for key, value in getattr(report, "user_properties", []):
+        if key == "check_seconds":
+            for what, t in value.items():
+                _CHECK_TOTALS[what] = _CHECK_TOTALS.get(what, 0.0) + t
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _CHECK_TOTALS:
+        return
+    tr = terminalreporter
+    tr.write_sep("=", "suite-wide checks (tests/conftest.py): seconds, all workers together")
+    for what, t in sorted(_CHECK_TOTALS.items()):
+        tr.write_line(f"{what:44s} {t:9.1f} s  ({t / max(_TEST_SECONDS[0], 1e-9):6.1%} of "
+                      f"{_TEST_SECONDS[0]:.0f} s in tests)")
 
 
 @pytest.fixture
@@ -63,7 +133,8 @@ def follows_onnx_rules(r, kwargs):
     if isinstance(model, str) and not os.path.exists(model):
         return  # replaced by a racing call to the same path (the write-safety tests)
     try:
-        check_model_file(model, target, memory_initializers=memory)
+        with _timed("ONNX rules"):
+            check_model_file(model, target, memory_initializers=memory)
     except Exception as e:
         raise AssertionError(f"the written file breaks ONNX's rules ({target} target): "
                              f"{type(e).__name__}: {e}") from e
@@ -73,13 +144,15 @@ def follows_onnx_rules(r, kwargs):
 def _hand_off_checked_against_torch_json():
     from pt2onnx import _core, _export, _serialize
 
+    HAND = "hand-off (torch's JSON + 2nd conversion)"
     reference = {}  # id(tree) -> torch's JSON of the same program
 
     def program(ep):
         tree = _serialize.program_tree(ep)
         if not _HAND_OFF["compare"]:
             return tree
-        reference[id(tree)] = _serialize.serialize_program(ep, fast=False)
+        with _timed(HAND):
+            reference[id(tree)] = _serialize.serialize_program(ep, fast=False)
         weakref.finalize(tree, reference.pop, id(tree), None)
         return tree
 
@@ -91,6 +164,10 @@ def _hand_off_checked_against_torch_json():
     lock = threading.Lock()
     active: dict = {}  # output path -> tokens of the calls writing it now
     contended: set = set()  # tokens of calls that overlapped another on their path
+
+    def ref_convert(*args, **kwargs):
+        with _timed(HAND):
+            return original_convert(*args, **kwargs)
 
     def convert(program, weights, output_path, *args, **kwargs):
         r = compared(program, weights, output_path, *args, **kwargs)
@@ -123,12 +200,12 @@ def _hand_off_checked_against_torch_json():
             r = original_convert(program, weights, output_path, *args, **kwargs)
         except _core.ConversionError as e:
             try:
-                original_convert(ref_json, weights, output_path, *args, **ref_kwargs)
+                ref_convert(ref_json, weights, output_path, *args, **ref_kwargs)
             except _core.ConversionError as ref_e:
                 same_error(e, ref_e)
                 raise e from None
             raise AssertionError(f"only the direct hand-off failed: {e}") from e
-        ref = original_convert(ref_json, weights, output_path, *args, **ref_kwargs)
+        ref = ref_convert(ref_json, weights, output_path, *args, **ref_kwargs)
         if r["model_bytes"] != ref["model_bytes"]:
             raise AssertionError("in memory, the direct hand-off and torch's JSON give different "
                                  "model bytes")
@@ -155,16 +232,17 @@ def _hand_off_checked_against_torch_json():
                 if token in contended:
                     raise
                 try:  # to the same path: a failure to write it must recur
-                    ref = original_convert(ref_json, weights, output_path, *args, **ref_kwargs)
+                    ref = ref_convert(ref_json, weights, output_path, *args, **ref_kwargs)
                 except _core.ConversionError as ref_e:
                     same_error(e, ref_e)
                     raise e from None
                 for f in [ref["model_path"], *ref["data_paths"]]:
                     os.remove(f)
                 raise AssertionError(f"only the direct hand-off failed: {e}") from e
-            ref = original_convert(ref_json, weights, ref_path, *args, **ref_kwargs)
+            ref = ref_convert(ref_json, weights, ref_path, *args, **ref_kwargs)
             files = [r["model_path"], *r["data_paths"]]
             ref_files = [ref["model_path"], *ref["data_paths"]]
+            t0 = time.perf_counter()
             problem = None
             if [os.path.basename(f) for f in files] != [os.path.basename(f) for f in ref_files]:
                 problem = f"different files: {files} vs {ref_files}"
@@ -182,6 +260,7 @@ def _hand_off_checked_against_torch_json():
                               min(len(da), len(db)))
                     problem = (f"{os.path.basename(a)}: the direct hand-off and torch's JSON give "
                                f"different bytes from byte {at} ({len(da)} vs {len(db)} bytes)")
+            _CHECK_SECONDS[HAND] += time.perf_counter() - t0
             # Checked last: a call to the same path that started before this
             # point may have replaced the files read above.
             if problem and token not in contended:

@@ -974,8 +974,9 @@ def export(
         progress("serializing")
         program = _program(ep)
         if _state is not None:
-            _state.update(program=program, opset=opset,
-                          custom_functions=custom_functions)
+            _state.update(program=program, opset=opset, custom_functions=custom_functions,
+                          exported_program=ep, in_dim_names=in_dim_names,
+                          out_dim_names=out_dim_names)
         weight_views, keep_alive = _weight_views(ep)
         t2 = time.perf_counter()
     source = _weight_source(weights, model)

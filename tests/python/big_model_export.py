@@ -4,6 +4,7 @@ peak memory beyond the model's own weights, runs the result in onnxruntime,
 and prints a JSON report on the last line."""
 
 import json
+import os
 import sys
 import time
 
@@ -64,7 +65,7 @@ def main(path, width, layers):
         expected = m(xi).numpy()
     del m
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
+    so.intra_op_num_threads = int(os.environ.get("PT2ONNX_TEST_THREADS", "2"))  # tests/conftest.py
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     got = sess.run(None, {"x": xi.numpy()})[0]
     report = {

@@ -21,7 +21,7 @@ def ort_session(path):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
+    so.intra_op_num_threads = int(os.environ.get("PT2ONNX_TEST_THREADS", "2"))  # tests/conftest.py
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 

@@ -15,6 +15,7 @@
 """
 
 import logging
+import os
 import warnings
 
 import numpy as np
@@ -39,7 +40,7 @@ def _ort(path, feeds, level=None):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
+    so.intra_op_num_threads = int(os.environ.get("PT2ONNX_TEST_THREADS", "2"))  # tests/conftest.py
     if level is not None:
         so.graph_optimization_level = level
     s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
