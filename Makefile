@@ -11,6 +11,11 @@ JOBS ?= $(shell nproc)
 # One compiler name for every build: CMake picks c++ where pip's builds (scikit-build-core) pick
 # g++, and ccache keys on the name, so the C++ tests' build would miss the module build's objects.
 export CXX ?= g++
+# ccache hits across clones at other paths (CI's fresh checkouts): paths under the clone are
+# hashed relative to it, and the working directory is left out of the hash of objects with debug
+# info (the sanitizer build's line tables; debuggers then see the first clone's paths).
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= 1
 CPP_BUILD := build/cpp
 APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time ccache
 # Inside the environment: removing .venv re-installs everything.
