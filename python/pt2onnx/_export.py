@@ -18,7 +18,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
-from . import _core, _custom, _report, _training, _verify
+from . import _core, _custom, _report, _torchscript, _training, _verify
 from ._capture_rules import capture_rules
 from ._serialize import program_tree as _program
 from ._training import TrainingMode
@@ -946,6 +946,7 @@ def export(
         args = (args,) if not isinstance(args, list) else tuple(args)
     in_dim_names: dict[str, dict[int, str]] = {}
     out_dim_names: dict[int, dict[int, str]] = {}
+    run_model = model  # what verify=True runs in PyTorch (the TorchScript model itself)
     if isinstance(model, torch.export.ExportedProgram):
         if dynamic_shapes is not None:
             raise ValueError("dynamic shapes are fixed at capture; pass them to torch.export "
@@ -960,13 +961,20 @@ def export(
                 in_dim_names[key] = {_check_axis(a, None, f"dynamic_axes[{key!r}]"): n
                                      for a, n in axes.items()}
         ep = model
+    elif _torchscript.is_torchscript(model):
+        # TorchScript: its graph read into an FX module of ATen calls (loops
+        # and ifs kept), captured below like any nn.Module.
+        args, kwargs = _torchscript.bind_inputs(model, args, kwargs), None
+        with _training.module_mode(model, training):
+            model = _torchscript.to_graph_module(model)
     elif not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be an nn.Module or ExportedProgram, not {type(model)}")
+        raise TypeError(f"model must be an nn.Module, ExportedProgram or TorchScript model, "
+                        f"not {type(model)}")
     progress = _Progress(verbose)
     with _CAPTURE_LOCK:
         if not isinstance(model, torch.export.ExportedProgram):
             progress("capturing")
-            with _training.module_mode(model, training):
+            with _training.module_mode(model, training), _torchscript.script_parts(model):
                 ep, in_dim_names, out_dim_names = _capture(
                     model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
                     strict)
@@ -1073,9 +1081,9 @@ def export(
                              "in onnxruntime")
         t4 = time.perf_counter()
         atol, rtol = verify_tolerance if verify_tolerance is not None else DTYPE_TOLERANCE[dtype]
-        with _training.module_mode(model, training):
+        with _training.module_mode(run_model, training):
             result.checks["verify"] = _verify.verify(
-                path if f is not None else model_bytes, model, args, kwargs, atol, rtol)
+                path if f is not None else model_bytes, run_model, args, kwargs, atol, rtol)
         result.timings["verify"] = time.perf_counter() - t4
     return result
 
