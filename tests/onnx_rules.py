@@ -67,7 +67,10 @@ def _walk(graph, scopes, used_domains, where_prefix, in_function_attrs=None, nod
 
     for i in graph.input:
         define(i if isinstance(i, str) else i.name, None, "input")
+    inputs = {i if isinstance(i, str) else i.name for i in graph.input}
     for init in getattr(graph, "initializer", []):
+        if init.name in inputs:
+            continue  # an initializer listed as an input too (its default; IR >= 4 allows it)
         define(init.name, None, "initializer")
     for n in graph.node:
         if n.name:

@@ -173,6 +173,17 @@ struct Options {
   bool weights_by_reference = false;
   // See WeightQuantization; after every other pass, with or without `optimize`.
   WeightQuantization quantize;
+  // torch.onnx.export's export_params: false writes the parameters and
+  // buffers as graph inputs (after the model's own inputs, no initializer):
+  // the caller feeds them. The passes then cannot fold them.
+  bool export_params = true;
+  // torch.onnx.export's keep_initializers_as_inputs: every initializer of the
+  // main graph is also listed as a graph input (after the model's inputs),
+  // which a runtime then lets the caller override.
+  bool keep_initializers_as_inputs = false;
+  // Names for weights (program target, e.g. "features.0.weight" -> its name
+  // in the file): torch.onnx's input_names past the model's inputs.
+  std::map<std::string, std::string> weight_names;
 };
 
 // An initializer left in the caller's memory (Options::weights_by_reference).

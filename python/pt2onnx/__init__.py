@@ -10,6 +10,7 @@ Capture uses torch.export; everything after capture runs in C++.
 from ._core import MAX_OPSET, MIN_OPSET, ConversionError, __version__, supported_targets
 from ._capture_rules import capture_rules
 from ._custom import save_custom_converters
+from ._compat import is_in_onnx_export
 from ._export import (DEFAULT_OPSET, ExportResult, export, init_empty_weights,
                       unconvertible_ops)
 from ._pretty import pretty
@@ -19,6 +20,7 @@ from ._verify import VerificationError
 __all__ = [
     "export",
     "unconvertible_ops",
+    "is_in_onnx_export",
     "init_empty_weights",
     "pretty",
     "save_custom_converters",

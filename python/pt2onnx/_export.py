@@ -18,7 +18,8 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
-from . import _core, _custom, _report, _torchscript, _training, _verify
+from ._core import ConversionError
+from . import _compat, _core, _custom, _report, _torchscript, _training, _verify
 from ._capture_rules import capture_rules
 from ._serialize import program_tree as _program
 from ._training import TrainingMode
@@ -729,6 +730,47 @@ def init_empty_weights():
         torch.nn.Module.register_parameter = register
 
 
+def _weight_names(ep, model, input_names):
+    """torch.onnx's input_names past the model's own inputs name its weights,
+    in the order of the model's state_dict (as torch.onnx's TorchScript
+    exporter lists them after the inputs): (the names of the inputs, {weight:
+    name})."""
+    if not input_names:
+        return input_names, {}
+    from torch.export.graph_signature import InputKind, SymIntArgument, TensorArgument
+
+    specs = ep.graph_signature.input_specs
+    n_user = sum(1 for sp in specs if sp.kind == InputKind.USER_INPUT
+                 and isinstance(sp.arg, (TensorArgument, SymIntArgument)))
+    if len(input_names) <= n_user:
+        return input_names, {}
+    weights = [sp.target for sp in specs if sp.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
+    if isinstance(model, torch.nn.Module):
+        order = {k: i for i, k in enumerate(model.state_dict(keep_vars=True))}
+        weights.sort(key=lambda t: order.get(t, len(order)))
+    extra = list(input_names[n_user:])
+    if len(extra) > len(weights):
+        raise ValueError(f"input_names has {len(input_names)} names; the model has {n_user} "
+                         f"inputs and {len(weights)} weights (names past the inputs name the "
+                         "weights, as in torch.onnx)")
+    return list(input_names[:n_user]), dict(zip(weights, extra))
+
+
+def _trace(model, args, kwargs, training):
+    """capture="trace" (torch.onnx's TorchScript exporter's capture, and
+    dynamo=False): the nn.Module recorded by torch.jit.trace, read as a traced
+    ScriptModule; its control flow is fixed to the example inputs'."""
+    if kwargs:
+        raise ValueError("capture='trace' takes positional inputs only (torch.jit.trace); "
+                         f"got kwargs {sorted(kwargs)}")
+    warnings.warn("pt2onnx: capture='trace' records the model's run on the example inputs "
+                  "(torch.jit.trace): Python control flow (ifs, loop counts) is fixed to what "
+                  "those inputs took; the default capture (torch.export) keeps it or fails "
+                  "saying where", stacklevel=3)
+    with _training.module_mode(model, training), torch.no_grad(), _compat.exporting():
+        return torch.jit.trace(model, args, check_trace=False)
+
+
 def _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names, external_data,
                      optimize, strict) -> int:
     """Type and range checks of export()'s arguments, each error naming its
@@ -738,7 +780,8 @@ def _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names, 
         return type(v).__name__
 
     if f is not None and not isinstance(f, (str, os.PathLike)):
-        raise TypeError(f"f must be a file path (str or os.PathLike) or None, not {kind(f)}")
+        raise TypeError(f"f must be a file path (str or os.PathLike), a binary file object or None, "
+                        f"not {kind(f)}")
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise TypeError(f"kwargs must be a dict of keyword arguments, not {kind(kwargs)}")
     if dynamic_axes is not None and not isinstance(dynamic_axes, Mapping):
@@ -821,6 +864,17 @@ def export(
     weights: Any = None,
     verbose: bool | None = None,
     quantize: str | Mapping[str, Any] | None = None,
+    capture: str = "export",
+    opset_version: int | None = None,
+    export_params: bool = True,
+    keep_initializers_as_inputs: bool = False,
+    do_constant_folding: bool = True,
+    operator_export_type: Any = None,
+    dynamo: bool = True,
+    autograd_inlining: bool = True,
+    profile: bool = False,
+    dump_exported_program: bool = False,
+    artifacts_dir: str | os.PathLike = ".",
     _state: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
@@ -914,9 +968,71 @@ def export(
     `verbose`: None (default) or True shows a progress line on stderr when
     it is a terminal and the export runs longer than a second (the stage,
     and bytes written of the total while writing); False never does.
+    `model` may also be a TorchScript model (torch.jit.script / trace /
+    load, a ScriptModule subclass, a ScriptFunction) or an nn.Module holding
+    scripted parts: its graph is read into ATen calls (no new trace), loops
+    and ifs on tensor values kept as ONNX Loop / If. `capture`: "export"
+    (default, torch.export) or "trace" (torch.jit.trace, torch.onnx's
+    TorchScript exporter's capture: control flow fixed to the example
+    inputs', warned about).
+    torch.onnx.export's other arguments, with its meanings:
+    `opset_version` (= opset); `export_params=False` (parameters and buffers
+    become graph inputs after the model's own, without initializers);
+    `keep_initializers_as_inputs=True` (initializers also listed as graph
+    inputs); `do_constant_folding=False` (= optimize=False: the passes are
+    what folds); `operator_export_type` (ONNX; ONNX_FALLTHROUGH and
+    ONNX_ATEN_FALLBACK = fallback="custom_domain"; ONNX_ATEN and RAW are
+    errors); `dynamo=False` (= capture="trace"); `autograd_inlining`
+    (accepted, as torch.onnx's new exporter does: autograd.Functions are
+    always inlined unless they have a `symbolic`); `report=True` (the report in
+    `artifacts_dir`); `profile=True` (a cProfile listing of the export in
+    `artifacts_dir`, its path in result.checks["profile"]);
+    `dump_exported_program=True` (the captured program saved as a .pt2 in
+    `artifacts_dir`, result.checks["exported_program"]). `f` may be a binary
+    file object: the model is written whole into it (weights inline, so at
+    most 2 GiB). input_names longer than the model's inputs name its weights
+    too, in state_dict order (torch.onnx's AlexNet example).
+    torch.onnx.is_in_onnx_export() (and pt2onnx.is_in_onnx_export()) is True
+    while the model is captured.
     Raises pt2onnx.ConversionError (with the C++ message) when conversion
     fails; the previous file at `f`, if any, is then left as it was.
     """
+    # torch.onnx.export's names and meanings, as pt2onnx's own (pt2onnx._compat).
+    opset, opset_version = _compat.resolve_opset(opset, opset_version), None
+    fallback = _compat.operator_export_fallback(operator_export_type, fallback)
+    operator_export_type = None
+    _compat.check_bools(export_params=export_params, do_constant_folding=do_constant_folding,
+                        keep_initializers_as_inputs=keep_initializers_as_inputs, dynamo=dynamo,
+                        autograd_inlining=autograd_inlining, profile=profile,
+                        dump_exported_program=dump_exported_program)
+    if not do_constant_folding:  # the passes are what folds constants
+        optimize, do_constant_folding = False, True
+    if capture not in ("export", "trace"):
+        raise ValueError(f"capture must be 'export' or 'trace', not {capture!r}")
+    if not dynamo:  # torch.onnx's TorchScript exporter traces nn.Modules
+        capture, dynamo = "trace", True
+    report = _compat.report_path(report, artifacts_dir, model)
+    if profile:
+        call = {k: v for k, v in locals().items() if k != "_state"}
+        call["profile"] = False
+        box: list = []
+        with _compat.profiled(True, artifacts_dir, model, box):
+            result = export(**call, _state=_state)
+        result.checks["profile"] = box[0]
+        return result
+    if _compat.is_file_object(f):  # the whole model into the file object
+        call = {k: v for k, v in locals().items() if k != "_state"}
+        call["f"] = None
+        try:
+            result = export(**call, _state=_state)
+        except ConversionError as e:
+            if "2 GiB" in str(e):
+                raise ConversionError(
+                    f"{e}\nf is a file object, which takes the model whole; pass f as a file "
+                    "path so the weights go to external data beside it (<f>.data)") from None
+            raise
+        _compat.write_to_file_object(f, result.model_bytes)
+        return result
     if report is not None:  # the export itself, then its report (also of a failure)
         call = {k: v for k, v in locals().items() if k not in ("report", "_state")}
         return _report.around(export, call, report)
@@ -961,7 +1077,10 @@ def export(
                 in_dim_names[key] = {_check_axis(a, None, f"dynamic_axes[{key!r}]"): n
                                      for a, n in axes.items()}
         ep = model
-    elif _torchscript.is_torchscript(model):
+    elif _torchscript.is_torchscript(model) or (capture == "trace" and
+                                                isinstance(model, torch.nn.Module)):
+        if not _torchscript.is_torchscript(model):
+            model = _trace(model, args, kwargs, training)
         # TorchScript: its graph read into an FX module of ATen calls (loops
         # and ifs kept), captured below like any nn.Module.
         args, kwargs = _torchscript.bind_inputs(model, args, kwargs), None
@@ -974,12 +1093,17 @@ def export(
     with _CAPTURE_LOCK:
         if not isinstance(model, torch.export.ExportedProgram):
             progress("capturing")
-            with _training.module_mode(model, training), _torchscript.script_parts(model):
+            with _training.module_mode(model, training), _torchscript.script_parts(model), \
+                    _compat.exporting():
                 ep, in_dim_names, out_dim_names = _capture(
                     model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
                     strict)
         t1 = time.perf_counter()
+        if dump_exported_program:  # torch.onnx's: the captured program, for debugging
+            dumped = _compat.artifact(artifacts_dir, run_model, ".pt2")
+            torch.export.save(ep, dumped)
         progress("serializing")
+        input_names, weight_names = _weight_names(ep, run_model, input_names)
         program = _program(ep)
         if _state is not None:
             _state.update(program=program, opset=opset, custom_functions=custom_functions,
@@ -1042,6 +1166,9 @@ def export(
             progress=progress if progress.on else None,
             shard_bytes=shard_bytes,
             in_memory=f is None,
+            export_params=export_params,
+            keep_initializers_as_inputs=keep_initializers_as_inputs,
+            weight_names=weight_names,
         )
         model_bytes = r["model_bytes"]
     finally:
@@ -1060,6 +1187,10 @@ def export(
         warnings.warn("export_modules_as_functions: no call of "
                       + (", ".join(function_classes) or "a submodule")
                       + " in the model; no functions written", stacklevel=2)
+    if dump_exported_program:
+        result_checks = {"exported_program": dumped}
+    else:
+        result_checks = {}
     if _state is not None:
         _state["core"] = r
     result = ExportResult(
@@ -1075,6 +1206,7 @@ def export(
         fallback_ops=list(r["fallback_ops"]),
         node_histogram=[tuple(x) for x in r["node_histogram"]],
     )
+    result.checks.update(result_checks)
     if verify:
         if result.fallback_ops:
             raise ValueError("verify=True cannot run a model with pkg.torch.ops fallback nodes "

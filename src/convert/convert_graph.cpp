@@ -382,6 +382,11 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
   // ---- inputs: weights become initializers, user inputs graph inputs
   size_t user_index = 0;
   std::map<size_t, std::string> buffer_values;  // input spec index -> the buffer's initializer
+  std::vector<GraphIO> weight_inputs;           // export_params=false: after the user inputs
+  auto weight_name = [&](const std::string& target) {
+    auto it = opt.weight_names.find(target);
+    return it == opt.weight_names.end() ? target : it->second;
+  };
   for (size_t spec_index = 0; spec_index < prog.input_specs.size(); ++spec_index) {
     const InputSpec& spec = prog.input_specs[spec_index];
     switch (spec.kind) {
@@ -391,6 +396,16 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
         auto meta = prog.graph.tensor_values.find(spec.arg_name);
         if (meta == prog.graph.tensor_values.end())
           throw Error("program has no metadata for placeholder '" + spec.arg_name + "'");
+        if (!opt.export_params && spec.kind != InputSpec::Kind::TensorConstant) {
+          // torch.onnx's export_params=False: the caller feeds the weights.
+          std::string name = weight_name(spec.target);
+          if (b.name_taken(name)) name = b.fresh_name(name);
+          b.reserve_name(name);
+          weight_inputs.push_back({name, top.meta_type(meta->second)});
+          env.values[spec.arg_name] = name;
+          if (spec.kind == InputSpec::Kind::Buffer) buffer_values[spec_index] = name;
+          break;
+        }
         auto w = weights.find(spec.target);
         if (w == weights.end() && add_inner_tensors(b, env, spec, weights)) break;
         if (w == weights.end())
@@ -419,7 +434,7 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
             d.strides.push_back(1);
           }
         }
-        env.values[spec.arg_name] = b.initializer(spec.target, std::move(d));
+        env.values[spec.arg_name] = b.initializer(weight_name(spec.target), std::move(d));
         if (spec.kind == InputSpec::Kind::Buffer)
           buffer_values[spec_index] = env.values[spec.arg_name];
         break;
@@ -465,6 +480,7 @@ Graph convert_graph(const schema::Program& program, const Weights& weights, cons
   if (user_index < opt.input_names.size())
     throw Error("input_names has " + std::to_string(opt.input_names.size()) +
                 " names but the model has " + std::to_string(user_index) + " tensor inputs");
+  for (auto& io : weight_inputs) b.add_input(io.name, io.type);
 
   // ---- nodes
   convert_nodes(b, prog, env);

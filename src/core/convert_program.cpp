@@ -363,6 +363,16 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
     check_structure(g, options.opset, last);
   });
   auto t3c = clock::now();
+  if (options.keep_initializers_as_inputs) {
+    // torch.onnx's keep_initializers_as_inputs: each initializer also a graph
+    // input (its value the default a caller may override). After the checks,
+    // whose one-definition rule this relaxation of ONNX's would trip.
+    for (auto& init : g.initializers) {
+      Shape shape;
+      for (int64_t d : init.data.dims) shape.push_back(Dim::of(d));
+      g.inputs.push_back({init.name, ValueType{init.data.dtype, std::move(shape)}});
+    }
+  }
   // Model-local functions need IR version 8 (opsets 13 and 14 otherwise get 7).
   if (!g.functions.empty() && r.ir_version < 8) r.ir_version = 8;
   WriteOptions wo;

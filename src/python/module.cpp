@@ -63,23 +63,25 @@ nb::list ops_list(const std::vector<pt2onnx::UnsupportedOp>& ops) {
   return l;
 }
 
-nb::dict convert(nb::object program, const std::vector<WeightTuple>& weights,
-                 const std::string& output_path, int opset, bool optimize,
-                 const std::string& external_data, const std::vector<std::string>& input_names,
-                 const std::vector<std::string>& output_names,
-                 const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
-                 const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names,
-                 const std::string& fallback, const CustomFunctions& custom_functions,
-                 const std::map<std::string, int64_t>& custom_opsets, const std::string& training,
-                 bool all_modules_as_functions,
-                 const std::vector<std::string>& modules_as_functions, bool inline_functions,
-                 const std::string& target, const std::string& dtype,
-                 const std::vector<std::string>& source_files,
-                 const std::vector<WeightTuple>& source_tensors,
-                 const std::map<std::string, std::vector<std::string>>& source_aliases,
-                 bool allow_unused, bool convert_floats, nb::object progress, uint64_t shard_bytes,
-                 bool in_memory, bool weights_by_reference, const std::string& quantize) {
+nb::dict convert(
+    nb::object program, const std::vector<WeightTuple>& weights, const std::string& output_path,
+    int opset, bool optimize, const std::string& external_data,
+    const std::vector<std::string>& input_names, const std::vector<std::string>& output_names,
+    const std::map<std::string, std::map<int64_t, std::string>>& input_dim_names,
+    const std::map<int64_t, std::map<int64_t, std::string>>& output_dim_names,
+    const std::string& fallback, const CustomFunctions& custom_functions,
+    const std::map<std::string, int64_t>& custom_opsets, const std::string& training,
+    bool all_modules_as_functions, const std::vector<std::string>& modules_as_functions,
+    bool inline_functions, const std::string& target, const std::string& dtype,
+    const std::vector<std::string>& source_files, const std::vector<WeightTuple>& source_tensors,
+    const std::map<std::string, std::vector<std::string>>& source_aliases, bool allow_unused,
+    bool convert_floats, nb::object progress, uint64_t shard_bytes, bool in_memory,
+    bool weights_by_reference, const std::string& quantize, bool export_params,
+    bool keep_initializers_as_inputs, const std::map<std::string, std::string>& weight_names) {
   pt2onnx::Options o;
+  o.export_params = export_params;
+  o.keep_initializers_as_inputs = keep_initializers_as_inputs;
+  o.weight_names = weight_names;
   std::string why;
   auto wq = pt2onnx::weight_quantization_from_string(quantize, &why);
   if (!wq) throw pt2onnx::Error(why);
@@ -234,7 +236,9 @@ NB_MODULE(_core, m) {
         nb::arg("source_aliases") = std::map<std::string, std::vector<std::string>>{},
         nb::arg("allow_unused") = false, nb::arg("convert_floats") = false,
         nb::arg("progress") = nb::none(), nb::arg("shard_bytes") = 0, nb::arg("in_memory") = false,
-        nb::arg("weights_by_reference") = false, nb::arg("quantize") = "");
+        nb::arg("weights_by_reference") = false, nb::arg("quantize") = "",
+        nb::arg("export_params") = true, nb::arg("keep_initializers_as_inputs") = false,
+        nb::arg("weight_names") = std::map<std::string, std::string>{});
   m.def(
       "external_data_shards",
       [](const std::string& spec) { return pt2onnx::external_data_shards_from_string(spec); },
