@@ -9,7 +9,8 @@ Capture uses torch.export; everything after capture runs in C++.
 
 from ._core import MAX_OPSET, MIN_OPSET, ConversionError, __version__, supported_targets
 from ._capture_rules import capture_rules
-from ._custom import save_custom_converters
+from ._custom import (register_custom_op_symbolic, save_custom_converters,
+                      unregister_custom_op_symbolic)
 from ._compat import is_in_onnx_export
 from ._export import (DEFAULT_OPSET, ExportResult, export, init_empty_weights,
                       unconvertible_ops)
@@ -24,6 +25,8 @@ __all__ = [
     "init_empty_weights",
     "pretty",
     "save_custom_converters",
+    "register_custom_op_symbolic",
+    "unregister_custom_op_symbolic",
     "capture_rules",
     "ExportResult",
     "TrainingMode",

@@ -18,6 +18,7 @@ its value is only known per node.
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any, Callable, Mapping
 
 import torch
@@ -102,7 +103,10 @@ class FunctionBuilder:
                 names.append(self.constant(x).name)
         outs = [self._fresh(name.lower()) for _ in range(outputs)]
         node_attrs = []
-        for k, v in attrs.items():
+        for key, v in attrs.items():
+            k, kind = _attribute_name(key)
+            if kind is not None:
+                v = _typed_attribute(op_type, key, kind, v)
             if isinstance(v, AttrRef):
                 self._refs[v.name] = v
                 node_attrs.append(self._onnx.AttributeProto(name=k, ref_attr_name=v.name,
@@ -130,6 +134,37 @@ class FunctionBuilder:
         elif not isinstance(value, torch.Tensor) and t.dtype == torch.float64:
             t = t.to(torch.float32)
         return self.op("Constant", value=t)
+
+
+# torch.onnx's attribute keys: `alpha_f`, `dims_i`, `mode_s`, `value_t` (the
+# suffix gives the type, a list of that type too), as its g.op takes them.
+_SUFFIXED = re.compile(r"^(.+)_([ifst])$")
+_SUFFIX_TYPES = {"f": (1, 6), "i": (2, 7), "s": (3, 8), "t": (4, None)}
+
+
+def _attribute_name(key: str) -> tuple[str, str | None]:
+    """(attribute name, torch.onnx type suffix or None) of a g.op keyword."""
+    m = _SUFFIXED.match(key)
+    return (m.group(1), m.group(2)) if m else (key, None)
+
+
+def _typed_attribute(op_type: str, key: str, kind: str, v: Any) -> Any:
+    """A value given under a torch.onnx suffix, as that type (a Python float
+    for `_f` even when an int was passed, as torch.onnx writes it)."""
+    one, many = _SUFFIX_TYPES[kind]
+    if isinstance(v, AttrRef):
+        if v.onnx_type not in (one, many) and not (kind == "f" and v.onnx_type in (2, 7)):
+            raise TypeError(f"{op_type}: attribute {key!r} refers to argument {v.name!r}, which "
+                            "is not of the suffix's type")
+        return v
+    if kind == "t":
+        return v if isinstance(v, torch.Tensor) else torch.tensor(v)
+    cast = {"f": float, "i": int, "s": str}[kind]
+    if isinstance(v, (list, tuple)):
+        return [cast(x) for x in v]
+    if kind == "i" and isinstance(v, bool):
+        return int(v)
+    return cast(v)
 
 
 # The Constant attribute holding an attribute of each AttributeProto type.
@@ -205,8 +240,64 @@ def resolve_target(target: Any) -> tuple[str, Any]:
     return "torch.ops." + str(target), target
 
 
+# register_custom_op_symbolic's table: "ns::op" -> {opset: symbolic function}.
+_SYMBOLICS: dict[str, dict[int, Callable[..., Any]]] = {}
+
+
+def _symbolic_name(symbolic_name: Any) -> str:
+    if not isinstance(symbolic_name, str) or not re.fullmatch(r"[A-Za-z_]\w*::\w+",
+                                                              symbolic_name):
+        raise ValueError(f"symbolic_name must be 'namespace::op' (e.g. 'custom_ops::foo'), "
+                         f"not {symbolic_name!r}")
+    return symbolic_name
+
+
+def register_custom_op_symbolic(symbolic_name: str, symbolic_fn: Callable[..., Any],
+                                opset_version: int) -> None:
+    """torch.onnx.register_custom_op_symbolic with its meaning: every later
+    export at opset `opset_version` or above converts op `symbolic_name`
+    ("custom_ops::foo", its default overload) with `symbolic_fn(g, *args)`,
+    a torch.onnx symbolic function: called with the op's arguments in schema
+    order (tensors as Values, the others as per-node attribute references,
+    which torch.onnx's parse_args passes through), building nodes with
+    g.op (torch.onnx's attribute suffixes: `alpha_f`, `dims_i`, ...). A
+    custom_translation_table entry for the same op wins."""
+    name = _symbolic_name(symbolic_name)
+    if not callable(symbolic_fn):
+        raise TypeError(f"symbolic_fn must be a function, not {symbolic_fn!r}")
+    if isinstance(opset_version, bool) or not isinstance(opset_version, int):
+        raise TypeError(f"opset_version must be an int, not {opset_version!r}")
+    _SYMBOLICS.setdefault(name, {})[opset_version] = symbolic_fn
+
+
+def unregister_custom_op_symbolic(symbolic_name: str, opset_version: int) -> None:
+    """torch.onnx.unregister_custom_op_symbolic: forgets the registration of
+    `symbolic_name` at `opset_version` (nothing if there is none)."""
+    versions = _SYMBOLICS.get(_symbolic_name(symbolic_name), {})
+    versions.pop(opset_version, None)
+    if not versions:
+        _SYMBOLICS.pop(symbolic_name, None)
+
+
+def record_registered(opset: int, custom_opsets: Mapping[str, int],
+                      skip: set[str]) -> list[tuple[str, bytes]]:
+    """The registered symbolics that apply at `opset` (the highest registered
+    opset at or below it), as recorded functions; ops in `skip` (given in
+    custom_translation_table) left out."""
+    out = []
+    for name, versions in sorted(_SYMBOLICS.items()):
+        usable = [v for v in versions if v <= opset]
+        if not usable:
+            continue
+        target, _ = resolve_target(name)
+        if target in skip:
+            continue
+        out.append(record(name, versions[max(usable)], opset, custom_opsets, positional=True))
+    return out
+
+
 def record(target: Any, fn: Callable[..., Any], opset: int,
-           custom_opsets: Mapping[str, int]) -> tuple[str, bytes]:
+           custom_opsets: Mapping[str, int], positional: bool = False) -> tuple[str, bytes]:
     """(target, serialized FunctionProto) of one custom_translation_table entry."""
     from onnx import helper
 
@@ -235,8 +326,14 @@ def record(target: Any, fn: Callable[..., Any], opset: int,
         inputs = [Value(a) for a in tensor_args]
         params = inspect.signature(fn).parameters
         var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        kwargs = {k: AttrRef(k, t) for k, (t, _) in attr_args.items() if var_kw or k in params}
-        out = fn(g, *inputs, **kwargs)
+        if positional:  # a torch.onnx symbolic: every argument in schema order
+            by_name = {a: Value(a) for a in tensor_args}
+            by_name.update({k: AttrRef(k, t) for k, (t, _) in attr_args.items()})
+            out = fn(g, *(by_name[a.name] for a in schema.arguments))
+        else:
+            kwargs = {k: AttrRef(k, t) for k, (t, _) in attr_args.items()
+                      if var_kw or k in params}
+            out = fn(g, *inputs, **kwargs)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         for o in outs:
             if not isinstance(o, Value):
@@ -275,11 +372,14 @@ def record(target: Any, fn: Callable[..., Any], opset: int,
 
 def record_table(table: Mapping[Any, Any] | None, opset: int,
                  custom_opsets: Mapping[str, int] | None) -> list[tuple[str, bytes]]:
-    if not table:
-        return []
-    if not isinstance(table, Mapping):
+    """The table's converters, then the registered torch.onnx symbolics
+    (register_custom_op_symbolic) of ops the table does not convert: every
+    path (export, export_pretrained, the torch.compile backend, the functions
+    file for the command) sees both."""
+    if table and not isinstance(table, Mapping):
         raise TypeError("custom_translation_table must be a dict {op: function}")
-    return [record(t, fn, opset, custom_opsets or {}) for t, fn in table.items()]
+    out = [record(t, fn, opset, custom_opsets or {}) for t, fn in (table or {}).items()]
+    return out + record_registered(opset, custom_opsets or {}, {t for t, _ in out})
 
 
 def check_custom_opsets(custom_opsets: Any) -> dict[str, int]:

@@ -19,7 +19,7 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from ._core import ConversionError
-from . import _compat, _core, _custom, _report, _torchscript, _training, _verify
+from . import _autograd_symbolic, _compat, _core, _custom, _report, _torchscript, _training, _verify
 from ._capture_rules import capture_rules
 from ._serialize import program_tree as _program
 from ._training import TrainingMode
@@ -1093,11 +1093,15 @@ def export(
     with _CAPTURE_LOCK:
         if not isinstance(model, torch.export.ExportedProgram):
             progress("capturing")
+            symbolics: dict[str, Any] = {}
             with _training.module_mode(model, training), _torchscript.script_parts(model), \
-                    _compat.exporting():
+                    _compat.exporting(), _autograd_symbolic.symbolic_functions(symbolics):
                 ep, in_dim_names, out_dim_names = _capture(
                     model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
                     strict)
+            # autograd.Functions exported through their `symbolic` (torch.onnx's rule).
+            custom_functions += [_custom.record(t, fn, opset, custom_opsets, positional=True)
+                                 for t, fn in symbolics.items()]
         t1 = time.perf_counter()
         if dump_exported_program:  # torch.onnx's: the captured program, for debugging
             dumped = _compat.artifact(artifacts_dir, run_model, ".pt2")
