@@ -98,6 +98,13 @@ struct WeightQuantization {
 std::optional<WeightQuantization> weight_quantization_from_string(std::string_view s,
                                                                   std::string* error);
 
+// What a model file holds, read from its contents: a torch.export archive
+// (.pt2), a TorchScript archive (torch.jit.save), a torch.save file of
+// pickled objects (a state dict: no model), or not a zip archive at all.
+enum class FileKind { Pt2, TorchScript, TorchSave, NotAnArchive };
+// Throws pt2onnx::Error when the file cannot be read.
+FileKind file_kind(const std::string& path);
+
 struct Options {
   int opset = 18;
   bool optimize = true;

@@ -59,7 +59,7 @@ bool unsafe_name(const std::string& n) {
 
 }  // namespace
 
-ZipReader::ZipReader(const uint8_t* data, size_t size, std::string what)
+ZipReader::ZipReader(const uint8_t* data, size_t size, std::string what, bool list_compressed)
     : data_(data), size_(size), what_(std::move(what)) {
   Cursor c{data_, size_, what_};
   if (size_ < 22) c.fail("too short to be a zip archive (" + std::to_string(size_) + " bytes)");
@@ -125,6 +125,15 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string what)
       x += 4 + len;
     }
     if (unsafe_name(e.name)) c.fail("entry '" + e.name + "' has an unsafe name (absolute or '..')");
+    if (method != 0 && list_compressed) {
+      // Listed by name only (TorchScript archives deflate their code): no data.
+      e.compressed = true;
+      if (!index_.emplace(e.name, entries_.size()).second)
+        c.fail("entry '" + e.name + "' appears twice");
+      entries_.push_back(std::move(e));
+      p += 46 + name_len + extra_len + comment_len;
+      continue;
+    }
     if (method != 0)
       c.fail("entry '" + e.name + "' is compressed (method " + std::to_string(method) +
              "); torch archives store entries uncompressed");

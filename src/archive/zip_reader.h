@@ -19,6 +19,7 @@ struct ZipEntry {
   std::string name;
   uint64_t offset = 0;  // of the data, from the start of the zip bytes
   uint64_t size = 0;
+  bool compressed = false;  // listed only (list_compressed): offset / size not set
 };
 
 class ZipReader {
@@ -26,7 +27,9 @@ class ZipReader {
   // `what` names the archive in error messages. Throws pt2onnx::Error on any
   // inconsistency (truncation, bad signatures, entries outside the file,
   // compressed entries, unsafe names).
-  ZipReader(const uint8_t* data, size_t size, std::string what);
+  // list_compressed: compressed entries are listed (names only) instead of
+  // refused, for telling a file's kind apart (file_kind.cpp).
+  ZipReader(const uint8_t* data, size_t size, std::string what, bool list_compressed = false);
 
   const std::vector<ZipEntry>& entries() const { return entries_; }
   const ZipEntry* find(const std::string& name) const;

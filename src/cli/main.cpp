@@ -1,13 +1,17 @@
 // The pt2onnx command: converts .pt2 archives (torch.export.save) to ONNX
-// with no Python and no libtorch, and inspects them.
+// with no Python and no libtorch, and inspects them. A TorchScript file
+// (torch.jit.save) is handed to pt2onnx's Python (only PyTorch runs its code).
 //
 // Exit codes: 0 success, 1 conversion error, 2 usage error.
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,13 +31,15 @@ void usage(FILE* out) {
   std::fprintf(
       out,
       "usage: pt2onnx MODEL.pt2 [-o MODEL.onnx] [options]\n"
+      "       pt2onnx MODEL.pt --input NAME:DTYPE[DIMS] [...] [-o MODEL.onnx] [options]\n"
       "       pt2onnx inspect MODEL.pt2 [--opset N]\n"
       "       pt2onnx show MODEL.onnx      print an ONNX model as text (external data\n"
       "                                    files are not read)\n"
       "       pt2onnx --version | --help\n"
       "\n"
       "Converts a torch.export archive to ONNX without Python or libtorch; nothing in\n"
-      "the archive is executed.\n"
+      "the archive is executed. A TorchScript file (torch.jit.save; told apart by its\n"
+      "contents, not its name) is converted by pt2onnx's Python, which needs torch.\n"
       "\n"
       "options:\n"
       "  -o, --output PATH          output file (default: MODEL.onnx beside the input)\n"
@@ -73,6 +79,10 @@ void usage(FILE* out) {
       "                             write calls of every submodule (of these classes:\n"
       "                             pkg.mod.Block or Block) as ONNX local functions\n"
       "  --inline                   write every function call as its body again\n"
+      "  --input NAME:DTYPE[DIMS]   a TorchScript file's input, e.g. "
+      "'x:float32[batch,3,224,224]':\n"
+      "                             ints are static dims, names dynamic ones (example size 2,\n"
+      "                             or NAME=N); one per input, in order (TorchScript only)\n"
       "  -q, --quiet                print nothing but errors\n"
       "  -v, --verbose              print stage timings\n"
       "\n"
@@ -169,10 +179,58 @@ int run_show(const std::vector<std::string>& args) {
   return kOk;
 }
 
+// The Python that converts TorchScript files: PT2ONNX_PYTHON, else the one
+// installed beside this command (a pip install puts both in the environment's
+// bin/), else python3 from PATH.
+std::string python_for_torchscript() {
+  if (const char* p = std::getenv("PT2ONNX_PYTHON"); p && *p) return p;
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir.resize(dir.rfind('/') + 1);
+    for (const char* name : {"python3", "python"})
+      if (::access((dir + name).c_str(), X_OK) == 0) return dir + name;
+  }
+  return "python3";
+}
+
+// A TorchScript file: its code runs only in PyTorch, so pt2onnx's Python
+// converts it (python/pt2onnx/_torchscript_command.py), with these arguments.
+// Returns only when Python cannot be started.
+int run_torchscript(const std::string& input, const std::vector<std::string>& args) {
+  static const char* bootstrap =
+      "import importlib.util, sys\n"
+      "if importlib.util.find_spec('torch') is None or importlib.util.find_spec('pt2onnx') is "
+      "None:\n"
+      "    sys.exit('pt2onnx: error: ' + sys.argv[1] + ' is a TorchScript model (torch.jit.save), "
+      "whose code only PyTorch runs; this Python (' + sys.executable + ') cannot import ' + "
+      "('torch' if importlib.util.find_spec('torch') is None else 'pt2onnx') + ': pip install "
+      "torch pt2onnx (or set PT2ONNX_PYTHON to a Python that has them)')\n"
+      "from pt2onnx._torchscript_command import main\n"
+      "sys.exit(main(sys.argv[1:]))\n";
+  std::string python = python_for_torchscript();
+  std::vector<std::string> argv_s = {python, "-c", bootstrap, input};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  ::execvp(argv[0], argv.data());
+  std::fprintf(stderr,
+               "pt2onnx: error: %s is a TorchScript model (torch.jit.save), whose code only "
+               "PyTorch runs, and no Python was found to run it (%s: %s): install Python with "
+               "torch and pt2onnx, or set PT2ONNX_PYTHON\n",
+               input.c_str(), python.c_str(), std::strerror(errno));
+  return kConversionError;
+}
+
 int run_convert(const std::vector<std::string>& args) {
   std::string input, output;
   pt2onnx::Options o;
   bool quiet = false, verbose = false;
+  std::vector<std::string> ts_inputs;  // --input: TorchScript files only
+  size_t input_at = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> const std::string& {
@@ -249,6 +307,8 @@ int run_convert(const std::vector<std::string>& args) {
       }
     } else if (a == "--inline") {
       o.inline_functions = true;
+    } else if (a == "--input") {
+      ts_inputs.push_back(value());
     } else if (a == "-q" || a == "--quiet") {
       quiet = true;
     } else if (a == "-v" || a == "--verbose") {
@@ -257,6 +317,7 @@ int run_convert(const std::vector<std::string>& args) {
       throw UsageError{"unknown option " + a};
     } else if (input.empty()) {
       input = a;
+      input_at = i;
     } else {
       throw UsageError{"unexpected argument '" + a + "'"};
     }
@@ -265,6 +326,27 @@ int run_convert(const std::vector<std::string>& args) {
   if (o.opset < pt2onnx::kMinOpset || o.opset > pt2onnx::kMaxOpset)
     throw UsageError{"--opset must be in " + std::to_string(pt2onnx::kMinOpset) + ".." +
                      std::to_string(pt2onnx::kMaxOpset)};
+  switch (pt2onnx::file_kind(input)) {
+    case pt2onnx::FileKind::TorchScript:
+      return run_torchscript(input, [&] {
+        std::vector<std::string> rest = args;
+        rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(input_at));
+        return rest;
+      }());
+    case pt2onnx::FileKind::TorchSave:
+      throw std::runtime_error(input +
+                               " is a torch.save file of pickled objects (a state dict, or a "
+                               "whole module pickled with its class), not a model pt2onnx can "
+                               "read: save the model with torch.export.save (.pt2) or "
+                               "torch.jit.save (TorchScript)");
+    case pt2onnx::FileKind::Pt2:
+      if (!ts_inputs.empty())
+        throw UsageError{
+            "--input describes a TorchScript file's inputs; a .pt2 archive holds its own"};
+      break;
+    case pt2onnx::FileKind::NotAnArchive:
+      break;  // the .pt2 reader names what is wrong with the file
+  }
   if (output.empty()) {
     output = input;
     if (output.ends_with(".pt2")) output.resize(output.size() - 4);

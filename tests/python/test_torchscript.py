@@ -231,3 +231,77 @@ def test_unreadable_nodes_are_listed_with_their_source_line(tmp_onnx):
     assert "prim::If" in msg and "SetAttr" in msg and "test_torchscript.py" in msg
     import os
     assert not os.path.exists(tmp_onnx)
+
+
+# ---- the command on TorchScript files -------------------------------------
+
+def _run_cli(*args, env=None):
+    import subprocess
+
+    from conftest import cli_path
+
+    return subprocess.run([cli_path(), *map(str, args)], capture_output=True, text=True, env=env)
+
+
+def test_command_converts_a_saved_torchscript_file(tmp_path):
+    m = SmallNet().eval()
+    pt = tmp_path / "model.bin"  # the kind is read from the contents, not the name
+    torch.jit.save(torch.jit.script(m), str(pt))
+    out = tmp_path / "m.onnx"
+    r = _run_cli(pt, "-o", out, "--input", "x:float32[batch,3,h=10,w]")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"wrote {out}")
+    dims = [[d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+            for i in onnx.load(str(out)).graph.input]
+    assert dims == [["batch", 3, "h", "w"]]
+    assert_matches(m, str(out), {"x": torch.randn(3, 3, 9, 7)})
+
+
+def test_command_on_a_script_function_file_and_several_inputs(tmp_path):
+    m = torch.jit.script(LoopModel2())  # calls the script function `loop`
+    torch.jit.save(m, str(tmp_path / "loop.pt"))
+    r = _run_cli(tmp_path / "loop.pt", "--input", "x:int64[2,3]", "--input", "y:int64[]",
+                 "--input-names", "data", "count")
+    assert r.returncode == 0, r.stderr
+    out = str(tmp_path / "loop.onnx")  # beside the input, .pt -> .onnx
+    x = torch.ones(2, 3, dtype=torch.long)
+    _, got = run_ort(out, {"data": x.numpy(), "count": np.array(6)})
+    np.testing.assert_array_equal(got[0], loop(x, torch.tensor(6)).numpy())
+
+
+@pytest.mark.parametrize("content,text", [
+    (b"not a zip at all" * 10, "not a zip"),
+    ("truncated", "end-of-central-directory"),
+    ("state_dict", "torch.save file of pickled objects"),
+])
+def test_command_refuses_what_is_not_a_model(tmp_path, content, text):
+    path = tmp_path / "m.pt"
+    if content == "truncated":
+        torch.jit.save(torch.jit.script(SmallNet()), str(path))
+        path.write_bytes(path.read_bytes()[:2000])
+    elif content == "state_dict":
+        torch.save(SmallNet().state_dict(), str(path))
+    else:
+        path.write_bytes(content)
+    r = _run_cli(path, "--input", "x:float32[1,3,8,8]", "-o", tmp_path / "m.onnx")
+    assert r.returncode == 1 and text in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_command_needs_inputs_and_a_python_with_torch(tmp_path):
+    import os
+    import sys
+
+    pt = tmp_path / "m.pt"
+    torch.jit.save(torch.jit.script(SmallNet()), str(pt))
+    r = _run_cli(pt)
+    assert r.returncode == 1 and "--input NAME:DTYPE[DIMS]" in r.stderr
+    r = _run_cli(pt, "--input", "x:float32[1,3")
+    assert r.returncode == 1 and "NAME:DTYPE[DIMS]" in r.stderr
+    # A Python without torch: one line saying what to install.
+    env = dict(os.environ, PT2ONNX_PYTHON=sys.executable, PYTHONPATH="",
+               PYTHONNOUSERSITE="1")
+    env["PT2ONNX_PYTHON"] = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else ""
+    r = _run_cli(pt, "--input", "x:float32[1,3,8,8]", env=env)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert "pip install torch" in r.stderr or "no Python was found" in r.stderr, r.stderr
