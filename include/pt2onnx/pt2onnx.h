@@ -286,7 +286,9 @@ struct Result {
 // Lowest ONNX IR version that carries `opset`.
 int ir_version_for_opset(int opset);
 // Opsets this build converts to.
-inline constexpr int kMinOpset = 13;
+// Opsets 11 and 12 are written by converting at 13 and lowering the result
+// (src/opt/lower_to_opset.cpp); the converters emit 13 and later.
+inline constexpr int kMinOpset = 11;
 inline constexpr int kMaxOpset = 26;
 
 // Converts and writes `output_path` (plus external data beside it). On any

@@ -48,6 +48,22 @@ def exporting():
             _flags._is_onnx_exporting = saved
 
 
+@contextlib.contextmanager
+def trace_hint(capture: str, model: Any):
+    """A failed torch.export capture of an nn.Module gets a note naming the
+    other capture (torch.onnx's old default): capture='trace' / dynamo=False."""
+    try:
+        yield
+    except Exception as e:
+        if capture == "export" and isinstance(model, torch.nn.Module) and \
+                not isinstance(model, torch.fx.GraphModule):
+            e.add_note("pt2onnx: torch.export could not capture the model (above: where and "
+                       "why). capture='trace' (or dynamo=False, as with torch.onnx) records it "
+                       "with torch.jit.trace instead, its Python control flow fixed to the "
+                       "example inputs'")
+        raise
+
+
 def _export_type_name(v: Any) -> str:
     name = getattr(v, "name", None)
     if isinstance(name, str):

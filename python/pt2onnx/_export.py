@@ -326,41 +326,39 @@ def _dynamic_shapes(model, args, kwargs, dynamic_shapes, dynamic_axes, input_nam
             out[_check_axis(a, rank, where)] = n
         return out
 
+    # input_names name the flattened tensor inputs in order, as in torch.onnx
+    # (LSTM's (input, (h0, c0)) -> input, h0, c0); dynamic_axes may use those
+    # names or pt2onnx's own (the argument name, `hx.0` inside structures).
     user_in = list(input_names) if input_names else []
+    leaf = [0]
     n_pos = len(args)
     ds: dict[str, Any] = {}
     known = set()
 
     def nested(value, name):
-        # Tensors inside tuples / lists / dicts, by their flattened ONNX
-        # names (`past.0.0`, `cache.key`: the C++ core's naming).
         if isinstance(value, torch.Tensor):
-            if name not in dynamic_axes:
+            i = leaf[0]
+            leaf[0] += 1
+            alias = user_in[i] if i < len(user_in) else name
+            key = alias if alias in dynamic_axes else (name if name in dynamic_axes else None)
+            if key is None:
                 return None
-            known.add(name)
-            in_names[name] = axes_of(name, dynamic_axes[name], value)
+            known.add(key)
+            in_names[name] = axes_of(key, dynamic_axes[key], value)
             return {a: torch.export.Dim.DYNAMIC for a in in_names[name]}
         if isinstance(value, (tuple, list)):
+            # A structure of Nones where nothing is dynamic: torch.export
+            # wants the input's structure either way.
             kids = [nested(v, f"{name}.{i}") for i, v in enumerate(value)]
-            return None if all(k is None for k in kids) else (
-                tuple(kids) if isinstance(value, tuple) else kids)
+            return tuple(kids) if isinstance(value, tuple) else kids
         if isinstance(value, Mapping):
-            kids = {k: nested(v, f"{name}.{k}") for k, v in value.items()}
-            return None if all(k is None for k in kids.values()) else kids
+            return {k: nested(v, f"{name}.{k}") for k, v in value.items()}
         return None
 
     for i, p in enumerate(params):
         if i >= n_pos and p not in (kwargs or {}):
             continue
-        alias = user_in[i] if i < len(user_in) else p
-        key = alias if alias in dynamic_axes else (p if p in dynamic_axes else None)
-        if key is None:
-            ds[p] = nested(values.get(p), p)
-            continue
-        known.add(key)
-        axes = axes_of(key, dynamic_axes[key], values.get(p))
-        ds[p] = {a: torch.export.Dim.DYNAMIC for a in axes}
-        in_names[p] = axes
+        ds[p] = nested(values.get(p), p)
     for j, o in enumerate(output_names or []):
         if o in dynamic_axes:
             known.add(o)
@@ -496,6 +494,45 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
         model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names
     )
     sds, sargs, skwargs, float_paths = _scalar_inputs(model, args, kwargs, ds)
+    with _size_one_dims_stay_dynamic(model, args, kwargs, ds):
+        return _capture_with(model, args, kwargs, ds, sds, sargs, skwargs, float_paths,
+                             in_dim_names, out_dim_names, strict)
+
+
+def _size_one_dims_stay_dynamic(model, args, kwargs, ds):
+    """A dim asked to be dynamic whose example size is 0 or 1 (torch.onnx
+    scripts export with batch 1 and dynamic_axes): torch.export would
+    specialize it to the example and refuse the dynamic request; with torch's
+    backed_size_oblivious such dims are traced as general sizes instead."""
+    values = _bound_inputs(model, args, kwargs) if isinstance(ds, Mapping) else None
+
+    def small(spec, value):
+        if isinstance(value, torch.Tensor) and isinstance(spec, Mapping):
+            return any(isinstance(a, int) and 0 <= a < value.dim() and value.shape[a] <= 1
+                       for a in spec)
+        if isinstance(value, torch.Tensor) and isinstance(spec, (list, tuple)):
+            return any(d is not None and i < value.dim() and value.shape[i] <= 1
+                       for i, d in enumerate(spec))
+        if isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
+            return any(small(s, v) for s, v in zip(spec, value))
+        if isinstance(value, Mapping) and isinstance(spec, Mapping):
+            return any(small(spec.get(k), v) for k, v in value.items())
+        return False
+
+    found = False
+    if isinstance(ds, Mapping) and values is not None:
+        found = any(small(spec, values.get(k)) for k, spec in ds.items())
+    elif isinstance(ds, (list, tuple)):
+        found = any(small(spec, v) for spec, v in zip(ds, args))
+    if not found:
+        return contextlib.nullcontext()
+    import torch.fx.experimental._config as fx_config
+
+    return fx_config.patch(backed_size_oblivious=True)
+
+
+def _capture_with(model, args, kwargs, ds, sds, sargs, skwargs, float_paths, in_dim_names,
+                  out_dim_names, strict):
     if sds is ds and not float_paths:
         with capture_rules(model):
             ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
@@ -529,7 +566,7 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
         warnings.warn("pt2onnx: the int / float inputs are exported as constants (their example "
                       f"values): torch.export could not keep them inputs ({why}); usually the "
                       "model's Python code depends on their values (a loop bound, an `if`)",
-                      stacklevel=3)
+                      stacklevel=4)
         with capture_rules(model):
             ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds,
                                      strict=strict)
@@ -875,6 +912,8 @@ def export(
     profile: bool = False,
     dump_exported_program: bool = False,
     artifacts_dir: str | os.PathLike = ".",
+    example_outputs: Any = None,
+    use_external_data_format: bool | None = None,
     _state: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Exports `model` to ONNX at `f`.
@@ -1011,6 +1050,15 @@ def export(
         raise ValueError(f"capture must be 'export' or 'trace', not {capture!r}")
     if not dynamo:  # torch.onnx's TorchScript exporter traces nn.Modules
         capture, dynamo = "trace", True
+    # Older torch.onnx arguments its documentation's examples still pass:
+    # example_outputs (outputs now come from capture) and use_external_data_format.
+    example_outputs = None
+    if use_external_data_format is not None:
+        if not isinstance(use_external_data_format, bool):
+            raise TypeError("use_external_data_format must be True or False, not "
+                            f"{use_external_data_format!r}")
+        external_data = external_data if not use_external_data_format else True
+        use_external_data_format = None
     report = _compat.report_path(report, artifacts_dir, model)
     if profile:
         call = {k: v for k, v in locals().items() if k != "_state"}
@@ -1095,7 +1143,8 @@ def export(
             progress("capturing")
             symbolics: dict[str, Any] = {}
             with _training.module_mode(model, training), _torchscript.script_parts(model), \
-                    _compat.exporting(), _autograd_symbolic.symbolic_functions(symbolics):
+                    _compat.exporting(), _autograd_symbolic.symbolic_functions(symbolics), \
+                    _compat.trace_hint(capture, model):
                 ep, in_dim_names, out_dim_names = _capture(
                     model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
                     strict)

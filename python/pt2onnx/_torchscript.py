@@ -62,9 +62,10 @@ def _concrete(v: Any) -> bool:
 
 def run_loop(body, trip, cond, n_locals: int, mutated: tuple, constant_cond: bool, *args):
     """prim::Loop at capture time. `body(*globals, i, *locals)` returns
-    (condition, *locals, *mutated globals); `mutated` are the indices (in
-    globals) of the globals the body updates in place (appended lists,
-    in-place ops), in the order the body returns them."""
+    (condition, *locals, *updated values); `mutated` pairs (position among
+    the updated values, index in globals) for the globals the body updates in
+    place (appended lists, in-place ops); torch's reader also returns updates
+    of the body's own inputs, which the loop-carried locals already hold."""
     locals_ = list(args[:n_locals])
     globals_ = list(args[n_locals:])
     static = (_concrete(trip) and _concrete(cond) and constant_cond)
@@ -76,10 +77,10 @@ def run_loop(body, trip, cond, n_locals: int, mutated: tuple, constant_cond: boo
                 out = (out,)
             cond = out[0]
             locals_ = list(out[1:1 + n_locals])
-            for k, g in enumerate(mutated):
-                globals_[g] = out[1 + n_locals + k]
+            for pos, g in mutated:
+                globals_[g] = out[1 + n_locals + pos]
             i += 1
-        return (*locals_, *(globals_[g] for g in mutated))
+        return (*locals_, *(globals_[g] for _, g in mutated))
     return _while_loop(body, trip, cond, n_locals, mutated, locals_, globals_)
 
 
@@ -131,10 +132,10 @@ def _is_fake(t: torch.Tensor) -> bool:
 def _while_loop(body, trip, cond, n_locals, mutated, locals_, globals_):
     from torch._higher_order_ops.while_loop import while_loop
 
-    n_mut = len(mutated)
-    likes = locals_ + [globals_[g] for g in mutated]
-    fixed = [g for j, g in enumerate(globals_) if j not in mutated]
-    fixed_idx = [j for j in range(len(globals_)) if j not in mutated]
+    mut_idx = [g for _, g in mutated]
+    likes = locals_ + [globals_[g] for g in mut_idx]
+    fixed = [g for j, g in enumerate(globals_) if j not in mut_idx]
+    fixed_idx = [j for j in range(len(globals_)) if j not in mut_idx]
     for v in fixed:
         if not isinstance(v, (torch.Tensor, int, float, bool, torch.SymInt, torch.SymFloat,
                               torch.SymBool, type(None), str, torch.dtype, torch.device)):
@@ -152,7 +153,7 @@ def _while_loop(body, trip, cond, n_locals, mutated, locals_, globals_):
         for k, j in enumerate(fixed_idx):
             g[j] = const_fixed[k] if k in const_fixed else _from_tensor(
                 extra[tensor_fixed.index(k)], fixed[k])
-        for k, j in enumerate(mutated):
+        for k, j in enumerate(mut_idx):
             g[j] = _from_tensor(carried_mut[k], likes[n_locals + k])
         return g
 
@@ -168,7 +169,8 @@ def _while_loop(body, trip, cond, n_locals, mutated, locals_, globals_):
         out = body(*g, _from_tensor(i, 0), *loc)
         if not isinstance(out, (tuple, list)):
             out = (out,)
-        new = [_as_tensor(v) for v in out[1:]]
+        updated = [out[1 + n_locals + pos] for pos, _ in mutated]
+        new = [_as_tensor(v) for v in (*out[1:1 + n_locals], *updated)]
         return (i + 1, n.clone(), _as_tensor(out[0]).to(torch.bool).reshape(()), *new)
 
     if _concrete(trip):
@@ -396,10 +398,14 @@ def _converter_class():
             global_arguments = sorted(global_arguments)
             subgraph_nodes, converters = self._convert_block_to_subgraph(node, global_arguments)
             sub = converters[0]
-            mutated_names = list(sub.name_update_from_subblock_to_parent)
+            # The body's updates, in the order its outputs list them: of the
+            # enclosing block's values (globals) and of its own inputs.
+            updated = list(sub.name_update_from_subblock_to_parent)
+            mutated = tuple((pos, global_arguments.index(n)) for pos, n in enumerate(updated)
+                            if n in global_arguments)
+            mutated_names = [global_arguments[g] for _, g in mutated]
             if not self.is_top_level_graph():
                 self.name_update_from_subblock_to_parent |= set(mutated_names)
-            mutated = tuple(global_arguments.index(n) for n in mutated_names)
             block = next(node.blocks())
             constant_cond = next(block.outputs()).node().kind() == "prim::Constant"
             args = [self.get_fx_value_by_fqn(n) for n in loop_locals + global_arguments]

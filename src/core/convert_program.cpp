@@ -129,6 +129,7 @@ std::optional<WeightQuantization> weight_quantization_from_string(std::string_vi
 
 int ir_version_for_opset(int opset) {
   // Lowest IR version released together with each opset (onnx VERSION_TABLE).
+  if (opset <= 11) return 6;
   if (opset <= 14) return 7;
   if (opset <= 18) return 8;
   if (opset <= 20) return 9;
@@ -139,6 +140,10 @@ int ir_version_for_opset(int opset) {
 }
 
 namespace {
+
+// The opset converters and passes work at: the requested one, or 13 when an
+// older one is asked for (lowered at the end, lower_to_opset.cpp).
+constexpr int kLowestConvertOpset = 13;
 
 void check_opset(int opset) {
   if (opset < kMinOpset || opset > kMaxOpset)
@@ -189,7 +194,8 @@ std::vector<UnsupportedOp> unsupported_ops(std::string_view program_json, const 
 std::vector<UnsupportedOp> unsupported_ops_of(const ProgramReader& read, const Options& options) {
   check_opset(options.opset);
   const CustomConverters custom(options);
-  return find_unsupported(read(), options.opset, &custom);
+  // Opsets 11 and 12 convert at 13 (lower_to_opset.cpp says what has no older form).
+  return find_unsupported(read(), std::max(options.opset, kLowestConvertOpset), &custom);
 }
 
 Result convert_program(std::string_view program_json, const Weights& weights,
@@ -237,17 +243,24 @@ Result convert_program_from(std::string_view program_json, const std::string& so
 namespace {
 
 Result convert_read(const ProgramReader& read, const Weights& weights,
-                    const std::string& output_path, const Options& options) {
+                    const std::string& output_path, const Options& requested) {
   using clock = std::chrono::steady_clock;
   auto secs = [](clock::time_point a, clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
-  check_opset(options.opset);
-  if (output_path.empty() && !options.in_memory) throw Error("no output path given");
+  check_opset(requested.opset);
+  if (output_path.empty() && !requested.in_memory) throw Error("no output path given");
+  const int written_opset = requested.opset;
+  Options lowered;  // a copy only when the opset is older than the converters emit
+  if (written_opset < kLowestConvertOpset) {
+    lowered = requested;
+    lowered.opset = kLowestConvertOpset;
+  }
+  const Options& options = written_opset < kLowestConvertOpset ? lowered : requested;
 
   Result r;
-  r.opset = options.opset;
-  r.ir_version = ir_version_for_opset(options.opset);
+  r.opset = written_opset;
+  r.ir_version = ir_version_for_opset(written_opset);
 
   // Anything but an Error escaping a stage is a bug of ours on input it did
   // not foresee: callers still get an Error naming the stage, never another
@@ -355,12 +368,18 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
       if (options.optimize && fuse_sibling_matmuls(g, po)) n += remove_unused(g);
       return n;
     });
+  if (written_opset < options.opset)
+    stage("lowering to the opset", [&] {
+      last = "lower_to_opset";
+      lower_to_opset(g, written_opset);
+      remove_unused(g);  // the axes constants that became attributes
+    });
   auto t3 = clock::now();
   // Names settled once for the whole graph (name_nodes.cpp), then the rules
   // every consumer relies on, before a byte is written.
   stage("checking the graph", [&] {
     name_nodes(g);
-    check_structure(g, options.opset, last);
+    check_structure(g, written_opset, last);
   });
   auto t3c = clock::now();
   if (options.keep_initializers_as_inputs) {
@@ -376,7 +395,7 @@ Result convert_read(const ProgramReader& read, const Weights& weights,
   // Model-local functions need IR version 8 (opsets 13 and 14 otherwise get 7).
   if (!g.functions.empty() && r.ir_version < 8) r.ir_version = 8;
   WriteOptions wo;
-  wo.opset = options.opset;
+  wo.opset = written_opset;
   wo.ir_version = r.ir_version;
   wo.external_data = options.external_data;
   wo.external_data_threshold = options.external_data_threshold;

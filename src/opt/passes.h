@@ -28,6 +28,10 @@ struct PassOptions {
 // one graph; run_default_passes also runs it on every nested graph (If / Loop /
 // Scan bodies), innermost first. Passes never rename or drop a value a nested
 // graph reads, and never touch a nested graph's inputs.
+// Opsets 11 and 12: the graph, converted at 13, rewritten into their forms
+// (lower_to_opset.cpp); throws listing every node that has none. Last.
+void lower_to_opset(Graph& g, int opset);
+
 size_t fold_constants(Graph& g);
 size_t fold_weight_transpose(Graph& g);
 size_t fold_weight_quantize(Graph& g);

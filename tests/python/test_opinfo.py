@@ -21,6 +21,8 @@ CONFIGS = {
     "o18-float32-train": ("float32", 18, "train", True),
     "o18-float32-core": ("float32", 18, "core", False),
     "o18-float32-inplace": ("float32", 18, "inplace", False),
+    "o11-float32-train": ("float32", 11, "train", False),
+    "o12-float32-train": ("float32", 12, "train", False),
     "o13-float32-train": ("float32", 13, "train", False),
     "o17-float32-train": ("float32", 17, "train", False),
     "o21-float32-train": ("float32", 21, "train", False),
