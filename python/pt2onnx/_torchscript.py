@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import re
 from typing import Any
 
 import torch
@@ -184,6 +185,28 @@ def _while_loop(body, trip, cond, n_locals, mutated, locals_, globals_):
     return tuple(res)
 
 
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """TorchScript's aten::__interpolate (F.interpolate in scripted code) as
+    F.interpolate itself: its torch.ops kernel reads the sizes as ints,
+    which fixes dynamic sizes to the example's."""
+    if isinstance(size, (list, tuple)) and len(size) == 1:
+        size = size[0]
+    if isinstance(scale_factor, (list, tuple)) and len(scale_factor) == 1:
+        scale_factor = scale_factor[0]
+    flag = (lambda v: None if v is None else bool(v))  # TorchScript's bools read as 0 / 1
+    return torch.nn.functional.interpolate(input, size, scale_factor, mode, flag(align_corners),
+                                           flag(recompute_scale_factor), bool(antialias))
+
+
+def tensor_size(t):
+    return list(t.shape)
+
+
+def tensor_size_dim(t, dim):
+    return t.shape[dim]
+
+
 def device_of(t):
     return t.device
 
@@ -240,6 +263,25 @@ _LIST_OPS = {
 }
 
 
+def _dict_items(d):
+    return list(d.items())
+
+
+def _container_op(name: str):
+    """Dict operations (torchvision's segmentation models return a dict) as
+    Python's, by schema name: aten::_set_item.str, aten::__getitem__.Dict_str,
+    aten::keys.str, ..."""
+    base, _, overload = name.partition(".")
+    if not overload or not (overload.startswith("Dict") or overload in (
+            "str", "int", "bool", "float", "Tensor") and base in (
+            "aten::_set_item", "aten::keys", "aten::values", "aten::items")):
+        return None
+    return {"aten::_set_item": _list_set_item, "aten::__getitem__": operator.getitem,
+            "aten::len": len, "aten::keys": lambda d: list(d.keys()),
+            "aten::values": lambda d: list(d.values()), "aten::items": _dict_items,
+            "aten::__contains__": operator.contains}.get(base)
+
+
 # Tensor metadata read as Python values at capture (static or SymInt), by schema name.
 _TENSOR_METADATA = {
     "aten::dim": torch.Tensor.dim, "aten::numel": torch.Tensor.numel,
@@ -264,6 +306,18 @@ def _converter_class():
     class Reader(tsc.TS2FXGraphConverter):
         """torch's TorchScript -> FX reader with loops decided at capture."""
 
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            # torch's reader makes aten::size torch.ops.aten.sym_size, which
+            # specializes the sizes: read them as the traced shape's SymInts.
+            self.convert_aten_size = self._convert_size
+
+        def _convert_size(self, node):
+            ins = [self.get_fx_value_by_ir_value(i) for i in node.inputs()]
+            fn = tensor_size if len(ins) == 1 else tensor_size_dim
+            self.name_to_node[node.output().debugName()] = self.fx_graph.call_function(
+                fn, tuple(ins))
+
         def convert_call_function_op(self, node):
             # TorchScript's arithmetic on ints and floats (aten::add.int,
             # aten::lt.float, ...) as Python's operators, which also take the
@@ -278,13 +332,15 @@ def _converter_class():
                     op, args)
                 return
             name = node.schema().split("(")[0]
-            meta = _TENSOR_METADATA.get(name) or _LIST_OPS.get(name)
+            meta = (_TENSOR_METADATA.get(name) or _LIST_OPS.get(name) or _container_op(name)
+                    or (interpolate if name.startswith("aten::__interpolate") else None))
             if meta is not None:
-                # Read at capture as Python ints (torch.ops.aten.dim would be
-                # recorded as a graph op).
+                # Read at capture as Python values (torch.ops.aten.dim would be
+                # recorded as a graph op); a dict's _set_item returns nothing.
                 args = tuple(self.get_fx_value_by_ir_value(i) for i in node.inputs())
-                self.name_to_node[node.output().debugName()] = self.fx_graph.call_function(
-                    meta, args)
+                fx_node = self.fx_graph.call_function(meta, args)
+                if node.outputsSize() == 1:
+                    self.name_to_node[node.output().debugName()] = fx_node
                 return
             super().convert_call_function_op(node)
 
@@ -499,6 +555,26 @@ def script_parts(model: torch.nn.Module):
             g[name] = fn
 
 
+def _forward_name(ts: Any) -> str:
+    """The method exported: forward, or for a module whose forward is
+    overloaded (a scripted nn.LSTM / GRU / RNN compiles forward__0 for a
+    tensor and forward__1 for a PackedSequence) the first overload taking a
+    tensor."""
+    names = ts._c._method_names()
+    if "forward" in names:
+        return "forward"
+    for name in sorted(n for n in names if re.fullmatch(r"forward__\d+", n)):
+        args = ts._c._get_method(name).schema.arguments
+        if len(args) > 1 and str(args[1].type) == "Tensor":
+            return name
+    raise TorchScriptError("the ScriptModule has no forward method (nor a forward overload "
+                           "taking a tensor) to export")
+
+
+def _forward(ts: Any) -> Any:
+    return ts._c._get_method(_forward_name(ts))
+
+
 def bind_inputs(model: Any, args: tuple, kwargs: dict | None) -> tuple:
     """The TorchScript model's inputs as one positional tuple, in its
     schema's order: keyword arguments placed, defaults filled in (the graph
@@ -506,7 +582,7 @@ def bind_inputs(model: Any, args: tuple, kwargs: dict | None) -> tuple:
     if isinstance(model, torch._C.ScriptFunction):
         schema_args = list(model.schema.arguments)
     else:
-        schema_args = list(model.forward.schema.arguments[1:])
+        schema_args = list(_forward(model).schema.arguments[1:])
     kwargs = dict(kwargs or {})
     bound = list(args)
     if len(bound) > len(schema_args):
@@ -529,8 +605,8 @@ def to_graph_module(model: Any) -> torch.fx.GraphModule:
     GraphModule of ATen calls, parameters and buffers under their names."""
     tsc, reader = _converter_class()
     ts = model
-    if isinstance(model, torch.jit.ScriptModule) and not hasattr(model, "forward"):
-        raise TorchScriptError("the ScriptModule has no forward method to export")
+    if isinstance(model, torch.jit.ScriptModule):
+        _forward_name(model)  # a clear error when there is none
     # TS2EPConverter's set-up (graph inlined, attributes lifted), without its
     # O(parameters^2) search for which state-dict entries are parameters.
     setup = object.__new__(tsc.TS2EPConverter)
@@ -564,7 +640,7 @@ def _input_defaults(gm: torch.fx.GraphModule, ts: Any) -> None:
     """The forward's default values on the graph's inputs, so a scripted
     submodule called with fewer arguments (an Optional left out) works."""
     schema_args = ts.schema.arguments if isinstance(ts, torch._C.ScriptFunction) else \
-        ts.forward.schema.arguments[1:]
+        _forward(ts).schema.arguments[1:]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     changed = False
     for p, a in zip(placeholders, schema_args):
@@ -582,10 +658,15 @@ def _graph_without_shapes(tsc, ts):
     use its static shapes (prim::device is read at capture here)."""
     C = torch._C
     if isinstance(ts, torch.jit.ScriptModule):
-        C._jit_pass_onnx_function_substitution(ts.forward.graph)
-        frozen = C._freeze_module(ts._c, preserveParameters=True)
+        name = _forward_name(ts)
+        C._jit_pass_onnx_function_substitution(ts._c._get_method(name).graph)
+        frozen = C._freeze_module(ts._c, preserveParameters=True,
+                                  preservedAttrs=[name] if name != "forward" else [])
+        if name != "forward":  # torch's parameter listing looks for `forward`:
+            # the parameters stay attributes, which the reader lifts.
+            return frozen._get_method(name).graph, []
         module, params = C._jit_onnx_list_model_parameters(frozen)
-        return module._get_method("forward").graph, params
+        return module._get_method(name).graph, params
     C._jit_pass_onnx_function_substitution(ts.graph)
     return ts.graph, []
 
@@ -599,9 +680,11 @@ def _name_inputs(graph, ts: Any) -> None:
     if isinstance(ts, torch._C.ScriptFunction):
         names = [a.name for a in ts.schema.arguments]
     else:  # the first argument is the module, whatever its name
-        names = [a.name for a in ts.forward.schema.arguments[1:]]
-    # The user's inputs come first; the frozen module's parameters follow.
-    for value, name in zip(graph.inputs(), names):
+        names = [a.name for a in _forward(ts).schema.arguments[1:]]
+    # The user's inputs come first (after the module itself where the graph
+    # keeps it); the frozen module's parameters follow.
+    inputs = [v for v in graph.inputs() if v.type().kind() != "ClassType"]
+    for value, name in zip(inputs, names):
         if name.isidentifier():
             value.setDebugName(name)
 

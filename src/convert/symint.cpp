@@ -89,6 +89,18 @@ void lt(Ctx& c) { compare(c, "Less"); }
 void le(Ctx& c) { compare(c, "LessOrEqual"); }
 void gt(Ctx& c) { compare(c, "Greater"); }
 void ge(Ctx& c) { compare(c, "GreaterOrEqual"); }
+void ne(Ctx& c) {
+  c.set_output(0, c.b.op("Not", {c.b.op("Equal", {symint_arg(c, "a"), symint_arg(c, "b")})}));
+}
+
+// `|`, `&` and `not` on SymBools (torch.export's deferred runtime asserts
+// combine conditions so), as Bool tensors.
+void logical(Ctx& c, const char* op) {
+  c.set_output(0, c.b.op(op, {c.operand("a", DType::Bool), c.operand("b", DType::Bool)}));
+}
+void or_(Ctx& c) { logical(c, "Or"); }
+void and_(Ctx& c) { logical(c, "And"); }
+void not_(Ctx& c) { c.set_output(0, c.b.op("Not", {c.operand("a", DType::Bool)})); }
 
 }  // namespace
 
@@ -112,6 +124,10 @@ void register_symint(Registry& r) {
   r.add("_operator.le", le);
   r.add("_operator.gt", gt);
   r.add("_operator.ge", ge);
+  r.add("_operator.ne", ne);
+  r.add("_operator.or_", or_);
+  r.add("_operator.and_", and_);
+  r.add("_operator.not_", not_);
 }
 
 }  // namespace pt2onnx

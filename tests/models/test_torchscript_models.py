@@ -1,0 +1,41 @@
+"""TorchScript models from torchvision, timm, transformers and PyTorch's
+ModuleInfo database (torchscript_models.py) through pt2onnx.export, each run
+in onnxruntime on inputs of another batch (and image or sequence size)
+against the eager model (atol 1e-4 scaled by the output's magnitude, rtol
+1e-3). The quick entries run in make test-quick. bench/torchscript.py puts the
+same models beside torch.onnx's TorchScript exporter (bench/torchscript.md)."""
+
+import numpy as np
+import pytest
+import torch
+
+import pt2onnx
+import torchscript_models as tsm
+
+MODELS = tsm.models()
+
+
+def _param(name):
+    return pytest.param(name, id=name, marks=[] if name in tsm.QUICK else [pytest.mark.slow])
+
+
+@pytest.mark.parametrize("name", [_param(n) for n in MODELS])
+def test_torchscript_model(name, tmp_path):
+    import onnxruntime as ort
+
+    eager, ts, args, other, axes = MODELS[name]()
+    path = str(tmp_path / "m.onnx")
+    pt2onnx.export(ts, args, path, dynamic_axes=axes)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    feeds = {n: v.numpy() for n, v in zip(names, [a for a in other if
+                                                   isinstance(a, torch.Tensor)])}
+    got = sess.run(None, feeds)
+    with torch.no_grad():
+        expected = tsm.outputs(eager(*other))
+    assert len(got) == len(expected), (len(got), len(expected))
+    for g, e in zip(got, expected):
+        e = e.numpy()
+        assert g.shape == e.shape
+        scale = max(1.0, float(np.abs(e).max()))
+        np.testing.assert_allclose(g, e, atol=1e-4 * scale, rtol=1e-3)
