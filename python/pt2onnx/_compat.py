@@ -55,6 +55,15 @@ def trace_hint(capture: str, model: Any):
     try:
         yield
     except Exception as e:
+        if "Suggested fixes:" in str(e):
+            fixes = str(e).split("Suggested fixes:", 1)[1].strip().split("\n\n")[0]
+            e.add_note(
+                "pt2onnx: torch.export refuses the dynamic dims as given and suggests "
+                f"({' ; '.join(line.strip() for line in fixes.splitlines())}). As pt2onnx "
+                "arguments: add fix_dynamic_shapes=True (the dynamic dims become Dim.AUTO: "
+                "torch.export derives the constraints, a warning says which), or give "
+                "dynamic_shapes with the suggested Dims (e.g. torch.export.Dim('_samples') and "
+                "20 * that Dim for the input's dim)")
         if capture == "export" and isinstance(model, torch.nn.Module) and \
                 not isinstance(model, torch.fx.GraphModule):
             e.add_note("pt2onnx: torch.export could not capture the model (above: where and "

@@ -369,6 +369,35 @@ def _dynamic_shapes(model, args, kwargs, dynamic_shapes, dynamic_axes, input_nam
     return ds, in_names, out_names
 
 
+def _as_auto(spec: Any) -> Any:
+    """Every dynamic dim of a dynamic_shapes structure (Dim.DYNAMIC, a named
+    Dim, a derived one) as Dim.AUTO (fix_dynamic_shapes=True)."""
+    from torch.export.dynamic_shapes import _DimHint
+
+    if isinstance(spec, torch.export.Dim) or (isinstance(spec, _DimHint) and
+                                              spec is not torch.export.Dim.STATIC):
+        return torch.export.Dim.AUTO
+    if isinstance(spec, Mapping):
+        return {k: _as_auto(v) for k, v in spec.items()}
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(_as_auto(v) for v in spec)
+    return spec
+
+
+def _auto_fixed(ep: Any) -> str:
+    """What torch.export made of the dims fix_dynamic_shapes=True left to it:
+    each user input's shape and the ranges of its symbols."""
+    shapes = []
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in ep.graph_signature.user_inputs:
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and any(not isinstance(d, int) for d in val.shape):
+            shapes.append(f"{node.name}: [{', '.join(str(d) for d in val.shape)}]")
+    ranges = ", ".join(f"{k} in [{v.lower}, {v.upper}]" for k, v in ep.range_constraints.items())
+    return "; ".join(shapes) + (f" ({ranges})" if ranges else "")
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -486,17 +515,25 @@ def _float_inputs_as_items(model, float_paths):
 
 
 def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
-             strict=False):
+             strict=False, fix_dynamic_shapes=False):
     """torch.export.export of `model` as export() captures it (dynamic shapes,
     scalar inputs), plus the dim names of inputs and outputs. Callers hold
     _CAPTURE_LOCK; the tests save this capture to compare with the .pt2 path."""
     ds, in_dim_names, out_dim_names = _dynamic_shapes(
         model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names
     )
+    if fix_dynamic_shapes:
+        # torch.export derives the constraints it would refuse the given dims for
+        # (a dim that must be a multiple of 20) itself; the warning below says which.
+        ds = _as_auto(ds)
     sds, sargs, skwargs, float_paths = _scalar_inputs(model, args, kwargs, ds)
     with _size_one_dims_stay_dynamic(model, args, kwargs, ds):
-        return _capture_with(model, args, kwargs, ds, sds, sargs, skwargs, float_paths,
-                             in_dim_names, out_dim_names, strict)
+        out = _capture_with(model, args, kwargs, ds, sds, sargs, skwargs, float_paths,
+                            in_dim_names, out_dim_names, strict)
+    if fix_dynamic_shapes:
+        warnings.warn("pt2onnx: fix_dynamic_shapes=True: torch.export derived the dynamic dims' "
+                      f"constraints itself: {_auto_fixed(out[0])}", stacklevel=3)
+    return out
 
 
 def _size_one_dims_stay_dynamic(model, args, kwargs, ds):
@@ -902,6 +939,7 @@ def export(
     verbose: bool | None = None,
     quantize: str | Mapping[str, Any] | None = None,
     capture: str = "export",
+    fix_dynamic_shapes: bool = False,
     opset_version: int | None = None,
     export_params: bool = True,
     keep_initializers_as_inputs: bool = False,
@@ -1013,7 +1051,11 @@ def export(
     and ifs on tensor values kept as ONNX Loop / If. `capture`: "export"
     (default, torch.export) or "trace" (torch.jit.trace, torch.onnx's
     TorchScript exporter's capture: control flow fixed to the example
-    inputs', warned about).
+    inputs', warned about). `fix_dynamic_shapes=True`: the dynamic dims
+    (dynamic_shapes or dynamic_axes) are given to torch.export as Dim.AUTO, so
+    it derives constraints it would otherwise refuse them for (a dim that must
+    be a multiple of 20), as torch.onnx does silently; a warning says what it
+    derived. Without it, such a refusal carries a note with the fix.
     torch.onnx.export's other arguments, with its meanings:
     `opset_version` (= opset); `export_params=False` (parameters and buffers
     become graph inputs after the model's own, without initializers);
@@ -1040,7 +1082,7 @@ def export(
     opset, opset_version = _compat.resolve_opset(opset, opset_version), None
     fallback = _compat.operator_export_fallback(operator_export_type, fallback)
     operator_export_type = None
-    _compat.check_bools(export_params=export_params, do_constant_folding=do_constant_folding,
+    _compat.check_bools(fix_dynamic_shapes=fix_dynamic_shapes, export_params=export_params, do_constant_folding=do_constant_folding,
                         keep_initializers_as_inputs=keep_initializers_as_inputs, dynamo=dynamo,
                         autograd_inlining=autograd_inlining, profile=profile,
                         dump_exported_program=dump_exported_program)
@@ -1147,7 +1189,7 @@ def export(
                     _compat.trace_hint(capture, model):
                 ep, in_dim_names, out_dim_names = _capture(
                     model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
-                    strict)
+                    strict, fix_dynamic_shapes)
             # autograd.Functions exported through their `symbolic` (torch.onnx's rule).
             custom_functions += [_custom.record(t, fn, opset, custom_opsets, positional=True)
                                  for t, fn in symbolics.items()]

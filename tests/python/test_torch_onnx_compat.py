@@ -249,3 +249,24 @@ def test_input_names_past_the_inputs_name_the_weights(tmp_onnx):
     assert_matches(m, tmp_onnx, {"actual_input_1": torch.randn(2, 4)})
     with pytest.raises(ValueError, match="weights"):
         pt2onnx.export(m, (X,), tmp_onnx, input_names=["x"] + [f"w{i}" for i in range(40)])
+
+
+class Frames(torch.nn.Module):  # a dim that must be a multiple of 20 (wav2vec2's samples)
+    def forward(self, x):
+        return x.reshape(-1, 20).sum(1)
+
+
+def test_refused_dynamic_dims_get_the_fix_as_arguments(tmp_onnx):
+    x = torch.randn(60)
+    ds = {"x": {0: torch.export.Dim("samples")}}
+    with pytest.raises(Exception) as e:
+        pt2onnx.export(Frames(), (x,), tmp_onnx, dynamic_shapes=ds)
+    notes = "\n".join(getattr(e.value, "__notes__", []))
+    assert "fix_dynamic_shapes=True" in notes and "20*_samples" in notes
+    with pytest.warns(UserWarning, match="fix_dynamic_shapes=True: torch.export derived"):
+        pt2onnx.export(Frames(), (x,), tmp_onnx, dynamic_shapes={"x": {0: "samples"}},
+                       fix_dynamic_shapes=True)
+    dims = [d.dim_param or d.dim_value
+            for d in onnx.load(tmp_onnx).graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["samples"]
+    assert_matches(Frames(), tmp_onnx, {"x": torch.randn(140)})
