@@ -40,7 +40,9 @@ def _tv(name):
         m = getattr(tvm, name)(weights=None, **kw).eval()
         size = 299 if name == "inception_v3" else 224
         # vit / swin / maxvit take their image size only; others any.
-        fixed = name.startswith(("vit", "swin", "maxvit")) or name == "inception_v3"
+        # Adaptive pooling to a fixed grid (alexnet, vgg) and fixed-size models: batch only.
+        fixed = name.startswith(("vit", "swin", "maxvit", "vgg")) or name in (
+            "inception_v3", "alexnet")
         other = size if fixed else 192
         x, x2 = torch.randn(1, 3, size, size), torch.randn(2, 3, other, other)
         axes = {0: "batch"} if fixed else {0: "batch", 2: "h", 3: "w"}
