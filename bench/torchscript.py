@@ -13,7 +13,8 @@ recorded by tracing, pt2onnx.export(capture="trace") beside the TorchScript
 exporter's default (it traces too).
 
 Writes bench/torchscript.md and bench/torchscript.json.
-usage: .venv/bin/python bench/torchscript.py [NAME ...]"""
+usage: .venv/bin/python bench/torchscript.py [NAME ...] (names: those models again, merged
+into the existing results)"""
 
 import json
 import os
@@ -135,7 +136,15 @@ def table(rows, exporters):
 
 
 def write(rows, trace_rows):
-    with open(os.path.join(HERE, "torchscript.json"), "w") as fh:
+    path = os.path.join(HERE, "torchscript.json")
+    if os.path.exists(path) and len(sys.argv) > 1:  # some models again: merged by name
+        old = json.load(open(path))
+        again = {r["model"] for r in rows} | {r["model"] for r in trace_rows}
+        order = [r["model"] for r in old["rows"]]
+        rows = sorted([r for r in old["rows"] if r["model"] not in again] + rows,
+                      key=lambda r: order.index(r["model"]) if r["model"] in order else 1e9)
+        trace_rows = [r for r in old["trace_rows"] if r["model"] not in again] + trace_rows
+    with open(path, "w") as fh:
         json.dump({"rows": rows, "trace_rows": trace_rows}, fh, indent=1)
     main_table, totals = table(rows, ["pt2onnx", "torch.onnx TorchScript"])
     text = [

@@ -526,46 +526,56 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
         # torch.export derives the constraints it would refuse the given dims for
         # (a dim that must be a multiple of 20) itself; the warning below says which.
         ds = _as_auto(ds)
+    args, kwargs = _widened_examples(model, args, kwargs, ds)
     sds, sargs, skwargs, float_paths = _scalar_inputs(model, args, kwargs, ds)
-    with _size_one_dims_stay_dynamic(model, args, kwargs, ds):
-        out = _capture_with(model, args, kwargs, ds, sds, sargs, skwargs, float_paths,
-                            in_dim_names, out_dim_names, strict)
+    out = _capture_with(model, args, kwargs, ds, sds, sargs, skwargs, float_paths,
+                        in_dim_names, out_dim_names, strict)
     if fix_dynamic_shapes:
         warnings.warn("pt2onnx: fix_dynamic_shapes=True: torch.export derived the dynamic dims' "
                       f"constraints itself: {_auto_fixed(out[0])}", stacklevel=3)
     return out
 
 
-def _size_one_dims_stay_dynamic(model, args, kwargs, ds):
-    """A dim asked to be dynamic whose example size is 0 or 1 (torch.onnx
-    scripts export with batch 1 and dynamic_axes): torch.export would
-    specialize it to the example and refuse the dynamic request; with torch's
-    backed_size_oblivious such dims are traced as general sizes instead."""
-    values = _bound_inputs(model, args, kwargs) if isinstance(ds, Mapping) else None
-
-    def small(spec, value):
-        if isinstance(value, torch.Tensor) and isinstance(spec, Mapping):
-            return any(isinstance(a, int) and 0 <= a < value.dim() and value.shape[a] <= 1
-                       for a in spec)
-        if isinstance(value, torch.Tensor) and isinstance(spec, (list, tuple)):
-            return any(d is not None and i < value.dim() and value.shape[i] <= 1
-                       for i, d in enumerate(spec))
+def _widened_examples(model, args, kwargs, ds):
+    """Example inputs whose dims asked to be dynamic have size 0 or 1 (torch.onnx
+    scripts export with batch 1 and dynamic_axes) grown to size 2 along those
+    dims, for capture only: torch.export specializes a dim of example size 0 or
+    1 and then refuses the dynamic request. (torch's backed_size_oblivious
+    avoids the refusal but lets sizes computed from such a dim bake in the
+    example's 1: a ViT then reshapes to [197, 3072] at every batch.) Returns
+    (args, kwargs), the same objects when nothing grows."""
+    def grow(value, spec):
+        if isinstance(value, torch.Tensor):
+            axes = [a for a in (spec if isinstance(spec, Mapping) else {}) if isinstance(a, int)]
+            if isinstance(spec, (list, tuple)):
+                axes = [i for i, d in enumerate(spec) if d is not None]
+            for a in axes:
+                if 0 <= a < value.dim() and value.shape[a] <= 1:
+                    shape = list(value.shape)
+                    shape[a] = 2
+                    value = (value.expand(shape) if value.shape[a] == 1 else
+                             torch.zeros(shape, dtype=value.dtype)).clone()
+            return value
         if isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
-            return any(small(s, v) for s, v in zip(spec, value))
+            out = [grow(v, sp) for v, sp in zip(value, spec)] + list(value[len(spec):])
+            return type(value)(out) if isinstance(value, tuple) else out
         if isinstance(value, Mapping) and isinstance(spec, Mapping):
-            return any(small(spec.get(k), v) for k, v in value.items())
-        return False
+            return {k: grow(v, spec.get(k)) for k, v in value.items()}
+        return value
 
-    found = False
-    if isinstance(ds, Mapping) and values is not None:
-        found = any(small(spec, values.get(k)) for k, spec in ds.items())
-    elif isinstance(ds, (list, tuple)):
-        found = any(small(spec, v) for spec, v in zip(ds, args))
-    if not found:
-        return contextlib.nullcontext()
-    import torch.fx.experimental._config as fx_config
-
-    return fx_config.patch(backed_size_oblivious=True)
+    if ds is None:
+        return args, kwargs
+    if isinstance(ds, Mapping):
+        params = _forward_params(model)
+        new_args = tuple(grow(a, ds.get(params[i])) if i < len(params) else a
+                         for i, a in enumerate(args))
+        new_kwargs = {k: grow(v, ds.get(k)) for k, v in (kwargs or {}).items()}
+    else:
+        new_args = tuple(grow(a, sp) for a, sp in zip(args, ds)) + tuple(args[len(ds):])
+        new_kwargs = kwargs
+    same = all(x is y for x, y in zip(new_args, args)) and all(
+        new_kwargs[k] is v for k, v in (kwargs or {}).items())
+    return (args, kwargs) if same else (new_args, new_kwargs if kwargs is not None else None)
 
 
 def _capture_with(model, args, kwargs, ds, sds, sargs, skwargs, float_paths, in_dim_names,
