@@ -851,7 +851,10 @@ def _trace(model, args, kwargs, training):
                   "(torch.jit.trace): Python control flow (ifs, loop counts) is fixed to what "
                   "those inputs took; the default capture (torch.export) keeps it or fails "
                   "saying where", stacklevel=3)
-    with _training.module_mode(model, training), torch.no_grad(), _compat.exporting():
+    # Not under no_grad: with gradients off, modules take fast paths of fused
+    # kernels (MultiheadAttention's _native_multi_head_attention) that the
+    # trace would record; torch.onnx's exporter traces with them on too.
+    with _training.module_mode(model, training), _compat.exporting():
         return torch.jit.trace(model, args, check_trace=False)
 
 
