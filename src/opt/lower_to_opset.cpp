@@ -362,11 +362,12 @@ class Lowering {
             "value", TensorData::from_vector<float>(
                          DType::Float, {static_cast<int64_t>(fl->floats.size())}, fl->floats))};
       else if (const Attr* i = n.attr("value_int"))
-        n.attrs = {Attr::Tensor("value", TensorData::from_vector<int64_t>(DType::Int64, {}, {i->i}))};
+        n.attrs = {
+            Attr::Tensor("value", TensorData::from_vector<int64_t>(DType::Int64, {}, {i->i}))};
       else if (const Attr* is = n.attr("value_ints"))
-        n.attrs = {Attr::Tensor("value", TensorData::from_vector<int64_t>(
-                                             DType::Int64,
-                                             {static_cast<int64_t>(is->ints.size())}, is->ints))};
+        n.attrs = {Attr::Tensor(
+            "value", TensorData::from_vector<int64_t>(
+                         DType::Int64, {static_cast<int64_t>(is->ints.size())}, is->ints))};
       for (const auto& a : n.attrs)
         if (!a.ref.empty()) problem(n, "an attribute reference in a Constant needs opset 12");
     } else if ((op == "Min" || op == "Max") && is_int(type_in(g, n.outputs[0]))) {
