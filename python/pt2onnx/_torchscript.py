@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import re
+import types
 from typing import Any
 
 import torch
@@ -98,7 +99,7 @@ def run_if(pred, then_branch, else_branch, kinds: tuple, *args):
     if n_outputs == 0:
         return None
     for k in kinds:
-        if k not in _SCALAR_KIND and not k.startswith("Tensor") and "(" not in k:
+        if k not in _SCALAR_KIND and k != "Tensor":
             raise TorchScriptError(
                 f"an if on a tensor's value (an ONNX If) returns a {k}: an If's branches can "
                 "return only tensors, ints, floats and bools")
@@ -142,10 +143,10 @@ def _while_loop(body, trip, cond, n_locals, mutated, locals_, globals_):
                               torch.SymBool, type(None), str, torch.dtype, torch.device)):
             raise TorchScriptError(
                 f"a {type(v).__name__} used in a loop whose trip count is not known at export")
-    # Non-tensor values the body reads: tensors in, values again inside.
-    fixed_t = [v if isinstance(v, torch.Tensor) or not isinstance(
-        v, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)) else _as_tensor(v)
-        for v in fixed]
+    # Symbolic values the body reads: tensors in, values again inside; plain
+    # Python numbers stay constants.
+    fixed_t = [_as_tensor(v) if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool))
+               else v for v in fixed]
     tensor_fixed = [j for j, v in enumerate(fixed_t) if isinstance(v, torch.Tensor)]
     const_fixed = {j: v for j, v in enumerate(fixed_t) if not isinstance(v, torch.Tensor)}
 
@@ -503,16 +504,19 @@ def _script_functions(fn: Any, found: dict, seen: set, depth: int = 0) -> None:
     """Script functions a Python function calls by a global name, there and
     in the Python functions it calls so (three levels): (globals dict,
     name) -> ScriptFunction."""
-    code = getattr(fn, "__code__", None)
-    if code is None or id(code) in seen or depth > 3:
+    fn = getattr(fn, "__func__", fn)  # a bound method's function
+    if not isinstance(fn, types.FunctionType):  # builtins, classes, descriptors: no code
+        return
+    code = fn.__code__
+    if id(code) in seen or depth > 3:
         return
     seen.add(id(code))
-    g = getattr(fn, "__globals__", {})
+    g = fn.__globals__
     for name in code.co_names:
         v = g.get(name)
         if isinstance(v, torch.jit.ScriptFunction):
             found[(id(g), name)] = (g, name, v)
-        elif callable(v) and hasattr(v, "__code__") and not name.startswith("__"):
+        elif isinstance(v, types.FunctionType) and not name.startswith("__"):
             _script_functions(v, found, seen, depth + 1)
 
 
