@@ -102,8 +102,12 @@ def symbolic_functions(used: dict):
     its own op; `used` collects {op target: symbolic function}."""
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
+    # Function.apply as the class holds it: a classmethod (torch 2.13) or a C
+    # classmethod_descriptor (2.14); either binds to a subclass through __get__.
     base = torch.autograd.Function.__dict__["apply"]
-    plain_apply = base.__func__
+
+    def plain_apply(cls, *args, **kwargs):
+        return base.__get__(None, cls)(*args, **kwargs)
 
     def apply(cls, *args, **kwargs):
         sym = getattr(cls, "symbolic", None)
