@@ -24,6 +24,14 @@ def test_torchscript_model(name, tmp_path):
     import onnxruntime as ort
 
     eager, ts, args, other, axes = MODELS[name]()
+    if name.startswith("tv_"):
+        # Classification models with a dynamic batch only: their dynamic height
+        # and width cost CI minutes in torch.export's symbolic reasoning (googlenet
+        # 11 s) and test nothing of the TorchScript reader that the segmentation
+        # entries (dynamic size, interpolate to it) do not; bench/torchscript.md
+        # exports them with all three dynamic.
+        axes = {k: {a: n for a, n in v.items() if a == 0} for k, v in axes.items()}
+        other = (torch.randn(2, *args[0].shape[1:]),)
     path = str(tmp_path / "m.onnx")
     pt2onnx.export(ts, args, path, dynamic_axes=axes)
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
