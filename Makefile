@@ -21,7 +21,7 @@ APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time c
 # Inside the environment: removing .venv re-installs everything.
 STAMP := $(VENV)/.deps-stamp
 
-.PHONY: all deps deps-clang build python cpp demo test test-quick test-torch test-cpp test-python \
+.PHONY: all apt-deps deps deps-clang build python cpp demo test test-quick test-torch test-cpp test-python \
         sanitize-configure test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 bench-nodes bench-scale bench-sizes zoo coverage format format-check \
         clean
 
@@ -29,13 +29,16 @@ all: build
 
 # Dependencies: re-checked when the requirement files change.
 deps: $(STAMP)
-$(STAMP): requirements-dev.txt Makefile tools/venv_hook/_pt2onnx_torchvision_hook.py
+# The Debian packages alone (a dpkg check when they are there): format-check needs clang-format
+# before anything else is installed (CI's first step on a fresh machine).
+apt-deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+$(STAMP): requirements-dev.txt Makefile tools/venv_hook/_pt2onnx_torchvision_hook.py | apt-deps
 	@[ -x $(PY) ] || { echo "creating the project environment $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q -r requirements-dev.txt
 	@# PyPI's torchvision is a CUDA build whose compiled ops do not load with the CPU torch: a
@@ -142,9 +145,9 @@ fuzz: sanitize-configure
 	done; exit $$rc
 
 FORMAT_FILES = $(shell git ls-files '*.cpp' '*.h')
-format:
+format: apt-deps
 	clang-format -i $(FORMAT_FILES)
-format-check:
+format-check: apt-deps
 	clang-format --dry-run --Werror $(FORMAT_FILES)
 
 # pt2onnx against torch.onnx.export (full series: long; writes bench/results.md + plots).
