@@ -360,12 +360,25 @@ def _torchvision_patches():
 
 @contextlib.contextmanager
 def capture_rules(model=None):
-    """Installs pt2onnx's capture rules for torch.export (recurrent layers with
-    a dynamic sequence length, transformer masks, given the model,
-    transformers' eager experts loops, and, when torchvision is imported, its
-    batched_nms, multi-level MultiScaleRoIAlign, padding of images, and the
-    mask pasting and keypoint decoding of Mask / Keypoint R-CNN) for the
-    duration of the block."""
+    """Install pt2onnx's capture rules for torch.export for the duration of a `with` block.
+
+    The rules let torch.export capture models it would otherwise refuse or specialize:
+    recurrent layers with a dynamic sequence length, transformer masks, given the model,
+    transformers' eager experts loops, and, when torchvision is imported, its batched_nms,
+    multi-level MultiScaleRoIAlign, padding of images, and the mask pasting and keypoint
+    decoding of Mask / Keypoint R-CNN (the module docstring describes each).
+    `pt2onnx.export` installs them around its own capture; wrap your own
+    `torch.export.export` call in `capture_rules()` to save a `.pt2` (with a dynamic
+    sequence length, for example) for the `pt2onnx` command.
+
+    Args:
+        model: The model being captured, needed for the transformers experts rule (its
+            eager experts layers run transformers' "grouped_mm" implementation while
+            capturing); None: that rule is not applied.
+
+    Runnable examples:
+    [the guide's capture rules](../guides/modules.md#control-flow-data-dependent-shapes-recurrent-layers).
+    """
     from torch._subclasses import fake_impls
     from torch.nn.modules import transformer
 

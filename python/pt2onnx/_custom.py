@@ -28,7 +28,14 @@ RECORD_DOMAIN = "pkg.pt2onnx.custom"
 
 
 class Value:
-    """A tensor inside a converter being recorded."""
+    """A symbolic tensor inside a custom converter being recorded.
+
+    A converter gets one per tensor argument of the op, and `g.op(...)` returns them. It
+    has no data: pass it to `g.op` as an input.
+
+    Args:
+        name: The value's name in the recorded ONNX function.
+    """
 
     __slots__ = ("name",)
 
@@ -40,7 +47,18 @@ class Value:
 
 
 class AttrRef:
-    """A non-tensor argument of the op, resolved per node (ONNX ref_attr_name)."""
+    """A non-tensor argument of the op in a custom converter, resolved per node.
+
+    The converter runs once per export, not once per node, so the op's non-tensor arguments
+    (ints, floats, lists, strings) are references that the C++ core resolves from each
+    node's arguments (an ONNX attribute reference, `ref_attr_name`). Pass one to `g.op` as
+    an attribute (`strides=stride`); as an input it becomes a Constant of that attribute.
+    Python arithmetic or tests on it raise TypeError: its value is only known per node.
+
+    Args:
+        name: The argument's name in the op's schema.
+        onnx_type: Its ONNX AttributeProto type.
+    """
 
     __slots__ = ("name", "onnx_type")
 
@@ -63,7 +81,18 @@ class AttrRef:
 
 
 class FunctionBuilder:
-    """`g` in a custom converter: records nodes into one ONNX function."""
+    """`g` in a custom converter: records the nodes it builds into one ONNX function.
+
+    pt2onnx makes one per converter and passes it as the converter's first argument; the
+    C++ core then instantiates the function at every node of the op.
+
+    Args:
+        opset: The export's opset.
+        custom_opsets: The versions of custom domains (`export(custom_opsets=...)`).
+
+    Attributes:
+        opset: The export's opset, for converters that depend on it.
+    """
 
     def __init__(self, opset: int, custom_opsets: Mapping[str, int]):
         import onnx  # only needed when custom converters are given
@@ -81,10 +110,30 @@ class FunctionBuilder:
         return f"{base}_{self._n}"
 
     def op(self, op_type: str, *inputs: Any, outputs: int = 1, **attrs: Any) -> Any:
-        """Adds a node `op_type` ("Conv", or "mydomain::Foo" for a custom
-        domain). Inputs: Values, None (an omitted optional input), Python
-        numbers / tensors (made Constants). Returns a Value, or a tuple of
-        `outputs` Values."""
+        """Add a node to the function.
+
+        Args:
+            op_type: The operator: "Conv", or "mydomain::Foo" for a custom domain
+                ("onnx::" and "ai.onnx::" mean the default domain). A custom domain's
+                version is taken from `custom_opsets`, 1 when not given there.
+            *inputs: The node's inputs: Values, None (an omitted optional input), attribute
+                references (made Constants of their value), or Python numbers, lists and
+                tensors (made Constants, as `constant()` makes them).
+            outputs: The number of outputs of the node.
+            **attrs: The node's attributes: Python numbers, strings, lists, tensors, or the
+                op's non-tensor arguments (attribute references, resolved per node).
+                torch.onnx's suffixed keys are accepted: `alpha_f`, `dims_i`, `mode_s`,
+                `value_t` give the attribute's type (float, int, string, tensor; a list of
+                that type too) and the suffix is dropped from its name.
+
+        Returns:
+            Value | tuple[Value, ...]: The output Value when `outputs` is 1, else a tuple of
+                `outputs` Values.
+
+        Raises:
+            TypeError: An attribute is a Value, a suffixed key refers to an argument of
+                another type, or a tensor constant is bfloat16.
+        """
         helper = self._onnx.helper
         domain, _, name = op_type.rpartition("::")
         if domain in ("onnx", "ai.onnx"):
@@ -126,8 +175,16 @@ class FunctionBuilder:
         return vals[0] if outputs == 1 else vals
 
     def constant(self, value: Any, dtype: torch.dtype | None = None) -> Value:
-        """A Constant node: a tensor, or a Python number / list (float ->
-        float32, int -> int64, bool -> bool unless `dtype` says otherwise)."""
+        """Add a Constant node.
+
+        Args:
+            value: A tensor, or a Python number or list (float becomes float32, int
+                int64, bool bool).
+            dtype: The constant's dtype, overriding the above; None: as described.
+
+        Returns:
+            Value: The constant.
+        """
         t = value if isinstance(value, torch.Tensor) else torch.tensor(value)
         if dtype is not None:
             t = t.to(dtype)
@@ -254,14 +311,30 @@ def _symbolic_name(symbolic_name: Any) -> str:
 
 def register_custom_op_symbolic(symbolic_name: str, symbolic_fn: Callable[..., Any],
                                 opset_version: int) -> None:
-    """torch.onnx.register_custom_op_symbolic with its meaning: every later
-    export at opset `opset_version` or above converts op `symbolic_name`
-    ("custom_ops::foo", its default overload) with `symbolic_fn(g, *args)`,
-    a torch.onnx symbolic function: called with the op's arguments in schema
-    order (tensors as Values, the others as per-node attribute references,
-    which torch.onnx's parse_args passes through), building nodes with
-    g.op (torch.onnx's attribute suffixes: `alpha_f`, `dims_i`, ...). A
-    custom_translation_table entry for the same op wins."""
+    """Register a torch.onnx symbolic function as the converter of an op.
+
+    As `torch.onnx.register_custom_op_symbolic`, with its meaning: every later export (in
+    this process) at opset `opset_version` or above converts the op with `symbolic_fn`.
+    Where several opsets are registered for one op, the highest at or below the export's
+    opset is used. A `custom_translation_table` entry for the same op wins. Registering the
+    same op and opset again replaces the function.
+
+    Args:
+        symbolic_name: The op, as "namespace::op" (e.g. "custom_ops::foo"); its default
+            overload is converted.
+        symbolic_fn: A torch.onnx symbolic function, `symbolic_fn(g, *args)`: called once
+            with the op's arguments in schema order (tensors as Values, the others as
+            per-node attribute references, which torch.onnx's parse_args passes through),
+            building nodes with `g.op` (torch.onnx's attribute suffixes: `alpha_f`,
+            `dims_i`, ...) and returning the output Value(s).
+        opset_version: The lowest opset the registration applies to.
+
+    Raises:
+        ValueError: `symbolic_name` is not "namespace::op".
+        TypeError: `symbolic_fn` is not callable, or `opset_version` is not an int.
+
+    Runnable examples: [custom ops and converters](../guides/custom-ops.md).
+    """
     name = _symbolic_name(symbolic_name)
     if not callable(symbolic_fn):
         raise TypeError(f"symbolic_fn must be a function, not {symbolic_fn!r}")
@@ -271,8 +344,18 @@ def register_custom_op_symbolic(symbolic_name: str, symbolic_fn: Callable[..., A
 
 
 def unregister_custom_op_symbolic(symbolic_name: str, opset_version: int) -> None:
-    """torch.onnx.unregister_custom_op_symbolic: forgets the registration of
-    `symbolic_name` at `opset_version` (nothing if there is none)."""
+    """Forget a registration of `register_custom_op_symbolic`.
+
+    As `torch.onnx.unregister_custom_op_symbolic`. Does nothing if there is no such
+    registration.
+
+    Args:
+        symbolic_name: The op, as "namespace::op", as it was registered.
+        opset_version: The opset it was registered at; registrations at other opsets stay.
+
+    Raises:
+        ValueError: `symbolic_name` is not "namespace::op".
+    """
     versions = _SYMBOLICS.get(_symbolic_name(symbolic_name), {})
     versions.pop(opset_version, None)
     if not versions:
@@ -395,10 +478,24 @@ def check_custom_opsets(custom_opsets: Any) -> dict[str, int]:
 
 def save_custom_converters(table: Mapping[Any, Any], path: Any, opset: int | None = None,
                            custom_opsets: Mapping[str, int] | None = None) -> None:
-    """Writes `table` (as custom_translation_table takes it) to an ONNX file
-    of functions for the command: `pt2onnx m.pt2 --functions path`. Each
-    function is named after its target; the file's opset_import carries
-    `custom_opsets`."""
+    """Write custom converters to an ONNX file of functions for the `pt2onnx` command.
+
+    The command converts a `.pt2` with them: `pt2onnx m.pt2 --functions path`. Each
+    converter becomes a function named after its target. Ops registered with
+    `register_custom_op_symbolic` that the table does not convert are written too. Needs
+    the onnx package.
+
+    Args:
+        table: The converters, `{op: fn}`, as `export(custom_translation_table=...)` takes
+            them.
+        path: The file to write (str or `os.PathLike`).
+        opset: The ONNX opset the converters are recorded at; None:
+            `pt2onnx.DEFAULT_OPSET`.
+        custom_opsets: `{"domain": version}` for the custom domains the converters' nodes
+            use (1 for a domain not given); the file's opset_import carries them.
+
+    Runnable examples: [custom ops and converters](../guides/custom-ops.md).
+    """
     import os
 
     from onnx import helper

@@ -92,7 +92,33 @@ class _Progress:
 
 @dataclass
 class ExportResult:
-    """What export() did: files written, sizes, and seconds per stage."""
+    """What `export()` did: the files written, the graph's size, and seconds per stage.
+
+    `export()` returns one; `str(result)` is a two-line summary (path, opset, node and
+    initializer counts, megabytes of weights, then the time of each stage).
+
+    Attributes:
+        path: The ONNX file written; None when the model was returned in memory (`f` None
+            or a file object).
+        data_paths: The external data files written beside `path` (empty when the weights
+            are inline).
+        opset: The ONNX opset of the written model.
+        ir_version: The ONNX IR version of the written model.
+        nodes: The number of nodes in the graph.
+        initializers: The number of initializers in the graph.
+        weight_bytes: The size of the weights written, in bytes.
+        timings: Seconds per stage, in order: "capture", "serialize", the C++ core's own
+            stages, "total", then "verify" with verify=True.
+        model_bytes: The serialized model when `f` was None or a file object; else None.
+        checks: The results of checks and extras: "verify" (verify=True: one entry per
+            input set, with its input shapes and the max abs difference of each output),
+            "profile" and "exported_program" (the files of profile=True and
+            dump_exported_program=True). `hf.export_pretrained` and
+            `diffusers.export_pipeline` add their verification ("max_abs_error", ...).
+        fallback_ops: The ops written as `pkg.torch.ops` nodes (fallback="custom_domain"),
+            one dict each: "target", "count", "where" (the first node's place).
+        node_histogram: `(op type, count)` for the written graph, most frequent first.
+    """
 
     path: str | None
     data_paths: list[str]
@@ -712,9 +738,21 @@ class _WeightSource:
 
 
 def safetensors_files(source: str | os.PathLike) -> list[str]:
-    """The safetensors files of a checkpoint: a .safetensors file, or a
-    directory holding model.safetensors.index.json (its shards) or
-    *.safetensors files."""
+    """List the safetensors files of a checkpoint.
+
+    Args:
+        source: A .safetensors file, or a checkpoint directory holding
+            model.safetensors.index.json (then its shards are listed) or *.safetensors files
+            (then all of them, sorted).
+
+    Returns:
+        list[str]: The paths of the files.
+
+    Raises:
+        FileNotFoundError: `source` does not exist, the index names a shard that is not
+            there, or the directory holds no .safetensors file.
+        ValueError: The index is not a safetensors index (it has no weight_map).
+    """
     import json
 
     path = os.fspath(source)
@@ -782,14 +820,21 @@ def _weight_source(weights: Any, model: Any) -> _WeightSource | None:
 
 @contextlib.contextmanager
 def init_empty_weights():
-    """Builds models without weight data: inside, every parameter a module
-    registers becomes a fake tensor (torch's FakeTensor: dtype, shape and
-    device, no storage) as it is registered, so initializing it costs
-    nothing, while buffers are made as usual (the rotary inv_freq and other
-    values a model computes at init keep their data). Export such a model
-    with `weights=` naming where its parameters are. (torch.device("meta")
-    also builds without data, but its meta parameters meet CPU inputs and
-    buffers in the forward, which torch.export refuses.)"""
+    """Build models without weight data, in a `with` block.
+
+    Inside the block, every parameter a module registers becomes a fake tensor (torch's
+    FakeTensor: dtype, shape and device, no storage) as it is registered, so initializing
+    it costs nothing, while buffers are made as usual (the rotary inv_freq and other values
+    a model computes at init keep their data). Export such a model with `weights=` naming
+    where its parameters are. (`torch.device("meta")` also builds without data, but its
+    meta parameters meet CPU inputs and buffers in the forward, which torch.export
+    refuses.)
+
+    The block replaces `torch.nn.Module.register_parameter` (process-wide) until it exits.
+
+    Runnable examples:
+    [models bigger than memory](../guides/transformers.md#models-bigger-than-memory-weights-read-in-place).
+    """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -967,135 +1012,215 @@ def export(
     use_external_data_format: bool | None = None,
     _state: dict[str, Any] | None = None,
 ) -> ExportResult:
-    """Exports `model` to ONNX at `f`.
+    """Export a PyTorch model to ONNX.
 
-    Arguments follow torch.onnx.export: `dynamic_shapes` in torch.export's form
-    (Dim objects, Dim.DYNAMIC / Dim.AUTO, or strings naming the dim) or
-    `dynamic_axes` in torch.onnx's form ({"x": {0: "batch"}}); `input_names` /
-    `output_names` rename graph inputs / outputs in order. `external_data`:
-    True (default, as torch.onnx.export) = weights of 1 KiB and more go to
-    `<f>.data` beside `f` (`<f>.1.data` while `<f>.data` belongs to the model
-    being replaced), False = one file, None = automatic (external data above
-    ~1.8 GB), "shards:2GB" = weights split into data files of at most that
-    size (`<f>.data`, `<f>.1.data`, ...; a larger tensor fills a file
-    alone), each tensor 4096-aligned. With f=None the model is one in-memory
-    file (`model_bytes`). `fallback="custom_domain"` writes ops no converter handles
-    as nodes of domain pkg.torch.ops (listed in the result's `fallback_ops`
-    and in a warning) instead of failing. `custom_translation_table={op:
-    fn}` converts `op` (an op overload, a torch.library.custom_op, or an aten
-    op to override ours) with `fn`, an onnxscript function or a Python
-    function building nodes through `g.op(...)` (see pt2onnx._custom);
-    `custom_opsets={"domain": version}` versions the custom domains its nodes
-    use (1 when not given). `verify=True` runs the written model
-    in onnxruntime against PyTorch on the example inputs and, with dynamic
-    dims, on inputs whose dynamic dims are one larger; the max differences go
-    to the result's `checks["verify"]`, and differences beyond
-    `verify_tolerance` (atol, rtol; default (1e-4, 1e-4), with dtype float16
-    (1e-2, 1e-2), bfloat16 (5e-2, 5e-2)) raise pt2onnx.VerificationError. Returns
-    an ExportResult with per-stage timings. `report="export.md"` writes a
-    markdown report of the export (stages and times, inputs and outputs,
-    the op histogram, ops without a converter, the verification), also when
-    it fails.
-    `training` (torch.onnx's TrainingMode): EVAL (default) captures the model
-    in eval mode, TRAINING in train mode, PRESERVE in the mode it is in; the
-    model's (and each submodule's) mode is restored afterwards. Ops follow
-    the mode they were captured in: dropout in train mode is ONNX Dropout
-    with training_mode true (random at run time), batch norm in train mode
-    normalizes with the batch statistics. In training mode (TRAINING, or
-    PRESERVE of a model in train mode) the buffers the forward updates are
-    extra outputs after the model's own, named "<buffer>_updated" in the
-    order of the model's buffers: batch norm's running_mean and running_var
-    (torch's update: momentum, unbiased batch variance) and
-    num_batches_tracked. torch.onnx (dynamo=False) computes the running
-    statistics too but leaves them out of the graph.
-    it fails. `export_modules_as_functions` (torch.onnx's option): True, or a
-    set of nn.Module classes, writes the calls of every submodule (of those
-    classes) as calls of ONNX model-local functions, one per class and body
-    (domain: the class's Python module), weights passed as inputs;
-    `inline=True` writes every function call as its body again.
-    `target`: "standard" (default) writes ONNX operators only, fused into the
-    opset's own fused operators where it has them (LayerNormalization from
-    17, Gelu from 20, RMSNormalization / Attention / RotaryEmbedding from
-    23); "onnxruntime" writes onnxruntime's contrib operators
-    (com.microsoft) where onnxruntime runs them faster; such a file needs
-    onnxruntime. Fusions run only with optimize=True.
-    `dtype`: torch.float32 / None (default: as captured), torch.float16 or
-    torch.bfloat16 (or their names) writes the model's float32 weights, inputs,
-    outputs (a KV cache included) and computation in that type, keeping in
-    float32 what precision needs: norm statistics (hand-written norms' mean
-    of squares, the fused norms' stash_type=1), softmax and summing
-    reductions, cast to float32 and back. The weights are converted in a
-    copy at export time; float64 values stay float64. Capture the model in
-    float32: the comparison with PyTorch (verify=True) runs it in float32.
-    `weights`: where the weight data comes from when the model was built
-    without it (on the meta device, e.g. under pt2onnx.init_empty_weights(),
-    or under FakeTensorMode): a state dict, a `.safetensors` file or a list of
-    them (a checkpoint's shards), or a checkpoint directory
-    (model.safetensors.index.json and its shards, or *.safetensors). Capture
-    runs on the fake weights; the C++ core maps the files, checks every
-    tensor's name, dtype and shape against the program's parameters and
-    buffers (a missing, unused or mismatched tensor is an error naming it),
-    and copies their bytes file-to-file into the external data, so the
-    weights never pass through memory. Tied weights are written once;
-    buffers the model computed at init (rotary inv_freq) are taken from the
-    model unless the source holds them. A source tensor replaces the
-    model's own data where both exist.
-    `quantize`: "int4" or "int8" quantizes the float weights that Linear /
-    MatMul layers multiply by (lm heads included; embeddings, convolutions
-    and norms stay float) while they are written, in C++ from the weight
-    bytes: blocks of `block_size` values along the input dim (int4: 32;
-    int8: one block per output channel) with a float scale each, symmetric
-    (default) or asymmetric (a zero point per block). target="onnxruntime"
-    writes com.microsoft MatMulNBits (with `accuracy_level`, default 4:
-    onnxruntime's int8 compute on CPU; 0 computes in float); "standard"
-    writes DequantizeLinear + MatMul (blocks and int4 need opset >= 21). A
-    dict sets the rest: {"dtype": "int4", "block_size": 64, "symmetric":
-    False, "accuracy_level": 0, "embeddings": True}; "embeddings" also
-    quantizes the embedding tables (rows of whole blocks) to
-    com.microsoft GatherBlockQuantized (onnxruntime) or Gather + blocked
-    DequantizeLinear (standard, opset >= 21). verify=True then needs
-    verify_tolerance.
-    `verbose`: None (default) or True shows a progress line on stderr when
-    it is a terminal and the export runs longer than a second (the stage,
-    and bytes written of the total while writing); False never does.
-    `model` may also be a TorchScript model (torch.jit.script / trace /
-    load, a ScriptModule subclass, a ScriptFunction) or an nn.Module holding
-    scripted parts: its graph is read into ATen calls (no new trace), loops
-    and ifs on tensor values kept as ONNX Loop / If. `capture`: "export"
-    (default, torch.export) or "trace" (torch.jit.trace, torch.onnx's
-    TorchScript exporter's capture: control flow fixed to the example
-    inputs', warned about). `fix_dynamic_shapes=True`: the dynamic dims
-    (dynamic_shapes or dynamic_axes) are given to torch.export as Dim.AUTO, so
-    it derives constraints it would otherwise refuse them for (a dim that must
-    be a multiple of 20), as torch.onnx does silently; a warning says what it
-    derived. Without it, such a refusal carries a note with the fix.
-    torch.onnx.export's other arguments, with its meanings:
-    `opset_version` (= opset); `export_params=False` (parameters and buffers
-    become graph inputs after the model's own, without initializers);
-    `keep_initializers_as_inputs=True` (initializers also listed as graph
-    inputs); `do_constant_folding=False` (= optimize=False: the passes are
-    what folds); `operator_export_type` (ONNX; ONNX_FALLTHROUGH and
-    ONNX_ATEN_FALLBACK = fallback="custom_domain"; ONNX_ATEN and RAW are
-    errors); `dynamo=False` (= capture="trace"); `autograd_inlining`
-    (accepted, as torch.onnx's new exporter does: autograd.Functions are
-    always inlined unless they have a `symbolic`); `report=True` (the report in
-    `artifacts_dir`); `profile=True` (a cProfile listing of the export in
-    `artifacts_dir`, its path in result.checks["profile"]);
-    `dump_exported_program=True` (the captured program saved as a .pt2 in
-    `artifacts_dir`, result.checks["exported_program"]). `f` may be a binary
-    file object: the model is written whole into it (weights inline, so at
-    most 2 GiB). input_names longer than the model's inputs name its weights
-    too, in state_dict order (torch.onnx's AlexNet example).
-    torch.onnx.is_in_onnx_export() (and pt2onnx.is_in_onnx_export()) is True
-    while the model is captured.
-    Raises pt2onnx.ConversionError (with the C++ message) when conversion
-    fails; the previous file at `f`, if any, is then left as it was.
+    The model is captured with torch.export (or read from its TorchScript graph); the
+    captured program is converted, optimized and written by the C++ core. The arguments
+    follow `torch.onnx.export`, under its names and with its meanings, so a script written
+    for it runs with `pt2onnx.export` in its place; the arguments that exist only for that
+    compatibility come last below. `torch.onnx.is_in_onnx_export()` (and
+    `pt2onnx.is_in_onnx_export()`) is True while the model is captured.
+
+    Args:
+        model: The model: an `nn.Module`, a `torch.export.ExportedProgram` (converted as it
+            was captured), or a TorchScript model (`torch.jit.script` / `trace` / `load`, a
+            `ScriptModule` subclass, a `ScriptFunction`) or an `nn.Module` holding scripted
+            parts. A TorchScript graph is read into ATen calls (no new trace), its loops and
+            ifs on tensor values kept as ONNX `Loop` / `If`.
+        args: The example positional inputs of `forward`: a tuple, a list (taken as a
+            tuple) or a single input. Python ints among the inputs become int64
+            graph inputs (dynamic), floats and bools 0-d float32 / bool inputs; where the
+            model's Python code depends on their values (a loop bound, an `if`), they are
+            exported as constants instead, with a warning.
+        f: Where the model goes: a file path (str or `os.PathLike`); a binary file object
+            (opened with "wb", or `io.BytesIO`), into which the model is written whole,
+            weights inline, so at most 2 GiB; or None: no file, the model is returned in
+            memory as `result.model_bytes`, weights inline.
+        kwargs: The example keyword inputs of `forward`, a dict.
+        dynamic_shapes: The dynamic dims in torch.export's form: a dict keyed by
+            `forward`'s argument names, or a tuple in their order. Each input's entry is
+            `{axis: dim}` or a list with one dim per axis (None: static), nested like the
+            input for tuples, lists and dicts of tensors. A dim is a `torch.export.Dim`,
+            `Dim.DYNAMIC` / `Dim.AUTO`, or a string naming it (`{"x": {0: "batch"}}`); the
+            names given become the ONNX dims' names. Negative axes count from the end. An
+            example input of size 0 or 1 along a dynamic dim is widened to 2 for capture,
+            which would otherwise fix the dim. Not together with `dynamic_axes`, and not
+            with an ExportedProgram, whose dims were fixed at capture.
+        dynamic_axes: The dynamic dims in torch.onnx's form: `{name: {axis: dim_name}}` or
+            `{name: [axes]}` (then named `<name>_dynamic_axes_1`, ...). A name is an input's,
+            as `input_names` gives it or `forward`'s argument name (`hx.0` inside a
+            structure), or an output's from `output_names`. Not together with
+            `dynamic_shapes`. With an ExportedProgram only `{input: {axis: name}}` is taken:
+            names for the dims the program already has dynamic.
+        opset: The ONNX opset to write, from `pt2onnx.MIN_OPSET` to `pt2onnx.MAX_OPSET`;
+            None: `pt2onnx.DEFAULT_OPSET`.
+        input_names: Names for the graph inputs, in the order of the flattened inputs, as in
+            torch.onnx (LSTM's `(input, (h0, c0))` gives three). Names past the model's
+            inputs name its weights too, in `state_dict` order (torch.onnx's AlexNet
+            example).
+        output_names: Names for the graph outputs, in order.
+        external_data: Where the weights go. True (default, as torch.onnx.export): weights
+            of 1 KiB and more go to `<f>.data` beside `f` (`<f>.1.data` while `<f>.data`
+            belongs to the model being replaced). False: one file. None: automatic, external
+            data above about 1.8 GB. `"shards:2GB"`: the weights are split into data files of
+            at most that size (`<f>.data`, `<f>.1.data`, ...; a larger tensor fills a file
+            alone). Each tensor in a data file is 4096-aligned.
+        optimize: Run the C++ core's optimization passes (constant folding, fusions);
+            False writes the graph as converted. `target`'s fusions need it.
+        strict: torch.export's strict mode (`torch.export.export(strict=...)`); default
+            False, non-strict capture.
+        fallback: What to do with ops no converter handles. None (default): a
+            `ConversionError`. `"custom_domain"`: they are written as nodes of domain
+            `pkg.torch.ops`, which a runtime must implement, listed in the result's
+            `fallback_ops` and in a warning.
+        custom_translation_table: `{op: fn}`: `op` is converted with `fn`. `op` is an op
+            overload (`torch.ops.mylib.foo.default`), a `torch.library.custom_op`, an
+            `"ns::op"` string, or an aten op, to override pt2onnx's converter. `fn` is an
+            onnxscript function or a Python function building nodes through `g.op(...)`
+            (see `pt2onnx._custom`). Ops registered with `register_custom_op_symbolic` are
+            converted with their symbolic unless the table converts them.
+        custom_opsets: `{"domain": version}`: the versions of the custom domains the
+            converters' nodes use (1 for a domain not given).
+        training: The mode the model is captured in, a `TrainingMode` (torch.onnx's are
+            accepted). EVAL (default) captures the model in eval mode, TRAINING in train
+            mode, PRESERVE in the mode it is in; the model's (and each submodule's) mode is
+            restored afterwards. Ops follow the mode they were captured in: dropout in
+            train mode is ONNX Dropout with training_mode true (random at run time), batch
+            norm in train mode normalizes with the batch statistics. In training mode
+            (TRAINING, or PRESERVE of a model in train mode) the buffers the forward updates
+            are extra outputs after the model's own, named `<buffer>_updated` in the order
+            of the model's buffers: batch norm's running_mean and running_var (torch's
+            update: momentum, unbiased batch variance) and num_batches_tracked. torch.onnx
+            (dynamo=False) computes the running statistics too but leaves them out of the
+            graph.
+        verify: Run the written model in onnxruntime against PyTorch on the example inputs
+            and, with dynamic dims, on inputs whose dynamic dims are one larger. The max
+            differences go to the result's `checks["verify"]`; differences beyond
+            `verify_tolerance` raise `pt2onnx.VerificationError` (the file is kept for
+            inspection). Needs onnxruntime. Refused for a training-mode export, a model
+            without weight data, `pkg.torch.ops` fallback nodes, and (onnxruntime's Python
+            API takes no bfloat16 arrays) a bfloat16 model with float inputs.
+        verify_tolerance: `(atol, rtol)` for `verify`. Default by `dtype`: (1e-4, 1e-4)
+            for float32, (1e-2, 1e-2) for float16, (5e-2, 5e-2) for bfloat16. With
+            `quantize`, verify=True needs it given.
+        report: A path: a markdown report of the export is written there (stages and
+            times, inputs and outputs, the op histogram, ops without a converter, the
+            verification), also when the export fails. True (torch.onnx's form): the report
+            goes to `artifacts_dir`, named after the model's class and the time. None or
+            False: no report.
+        export_modules_as_functions: torch.onnx's option. True, or a set of `nn.Module`
+            classes: the calls of every submodule (of those classes) are written as calls of
+            ONNX model-local functions, one per class and body (domain: the class's Python
+            module), weights passed as inputs. False (default): no functions.
+        inline: True writes every function call as its body again (default False).
+        target: What the graph is written for. "standard" (default): ONNX operators only,
+            fused into the opset's own fused operators where it has them
+            (LayerNormalization from 17, Gelu from 20, RMSNormalization / Attention /
+            RotaryEmbedding from 23). "onnxruntime": onnxruntime's contrib operators
+            (com.microsoft) where onnxruntime runs them faster; such a file needs
+            onnxruntime. Fusions run only with optimize=True.
+        dtype: The float type the written model computes in. torch.float32 or None
+            (default): as captured. torch.float16 or torch.bfloat16 (or their names
+            "float16", "bfloat16"): the model's float32 weights, inputs, outputs (a KV cache
+            included) and computation are written in that type, keeping in float32 what
+            precision needs: norm statistics (hand-written norms' mean of squares, the fused
+            norms' stash_type=1), softmax and summing reductions, cast to float32 and back.
+            The weights are converted in a copy at export time; float64 values stay float64.
+            Capture the model in float32: the comparison with PyTorch (verify=True) runs it
+            in float32.
+        weights: Where the weight data comes from, for a model built without it (fake
+            parameters, e.g. under `pt2onnx.init_empty_weights()` or torch's
+            `FakeTensorMode`, or parameters on the meta device): a state dict, a
+            `.safetensors` file or a list of them (a checkpoint's shards), or a checkpoint
+            directory (model.safetensors.index.json and its shards, or *.safetensors).
+            Capture runs on the fake weights; the C++ core maps the files, checks every
+            tensor's name, dtype and shape against the program's parameters and buffers (a
+            missing, unused or mismatched tensor is an error naming it), and copies their
+            bytes file-to-file into the external data, so the weights never pass through
+            memory. Tied weights are written once; buffers the model computed at init
+            (rotary inv_freq) are taken from the model unless the source holds them. A
+            source tensor replaces the model's own data where both exist. None (default):
+            the model's own weights.
+        verbose: None (default) or True: a progress line on stderr when it is a terminal
+            and the export runs longer than a second (the stage, and bytes written of the
+            total while writing); False: never.
+        quantize: "int4" or "int8" quantizes the float weights that Linear / MatMul layers
+            multiply by (lm heads included; embeddings, convolutions and norms stay float)
+            while they are written, in C++ from the weight bytes: blocks of `block_size`
+            values along the input dim (int4: 32; int8: one block per output channel) with
+            a float scale each, symmetric (default) or asymmetric (a zero point per block).
+            target="onnxruntime" writes com.microsoft MatMulNBits (with `accuracy_level`,
+            default 4: onnxruntime's int8 compute on CPU; 0 computes in float); "standard"
+            writes DequantizeLinear + MatMul (blocks and int4 need opset >= 21). A dict
+            sets the rest: `{"dtype": "int4", "block_size": 64, "symmetric": False,
+            "accuracy_level": 0, "embeddings": True}`; "embeddings" also quantizes the
+            embedding tables (rows of whole blocks) to com.microsoft GatherBlockQuantized
+            (onnxruntime) or Gather + blocked DequantizeLinear (standard, opset >= 21). A
+            string may carry the settings after commas, as the `pt2onnx` command takes them
+            (`"int4,block_size=64,asymmetric"`). None (default): no quantization.
+            verify=True then needs `verify_tolerance`.
+        capture: How an `nn.Module` is captured. "export" (default): torch.export.
+            "trace": torch.jit.trace, torch.onnx's TorchScript exporter's capture: control
+            flow is fixed to the example inputs' (a warning says so), and inputs must be
+            positional.
+        fix_dynamic_shapes: True: the dynamic dims (`dynamic_shapes` or `dynamic_axes`)
+            are given to torch.export as `Dim.AUTO`, so it derives constraints it would
+            otherwise refuse them for (a dim that must be a multiple of 20), as torch.onnx
+            does silently; a warning says what it derived. Without it, such a refusal
+            carries a note with the fix.
+        opset_version: (torch.onnx compatibility) torch.onnx's name for `opset`; when both
+            are given they must agree.
+        export_params: (torch.onnx compatibility) False: parameters and buffers become
+            graph inputs after the model's own, without initializers.
+        keep_initializers_as_inputs: (torch.onnx compatibility) True: the initializers are
+            also listed as graph inputs.
+        do_constant_folding: (torch.onnx compatibility) False means optimize=False (the
+            optimization passes are what folds constants).
+        operator_export_type: (torch.onnx compatibility) A
+            `torch.onnx.OperatorExportTypes` (or its name). ONNX: the default behaviour.
+            ONNX_FALLTHROUGH and ONNX_ATEN_FALLBACK: `fallback="custom_domain"`. ONNX_ATEN
+            (every op as an ATen node) and RAW (TorchScript IR) have no equivalent: errors.
+        dynamo: (torch.onnx compatibility) False means capture="trace" (torch.onnx's
+            TorchScript exporter traced nn.Modules).
+        autograd_inlining: (torch.onnx compatibility) Accepted, as torch.onnx's new
+            exporter does: autograd.Functions are always inlined unless they have a
+            `symbolic`, which is then used.
+        profile: (torch.onnx compatibility) True: a cProfile listing of the export (its 40
+            costliest functions) is written to `artifacts_dir`, its path in
+            `result.checks["profile"]`.
+        dump_exported_program: (torch.onnx compatibility) True: the captured program is
+            saved as a .pt2 file in `artifacts_dir`, its path in
+            `result.checks["exported_program"]`.
+        artifacts_dir: (torch.onnx compatibility) Where report=True, profile=True and
+            dump_exported_program=True write their files (default: the current
+            directory).
+        example_outputs: (torch.onnx compatibility, old) Accepted and not used: the
+            outputs come from capture.
+        use_external_data_format: (torch.onnx compatibility, old) True means
+            external_data=True; False leaves `external_data` as given.
+
+    Returns:
+        ExportResult: The files written, the graph's size, seconds per stage (`timings`),
+            the ops written as fallback nodes and the checks run.
+
+    Raises:
+        pt2onnx.ConversionError: The conversion failed (the message is the C++ core's);
+            the previous file at `f`, if any, is then left as it was.
+        pt2onnx.VerificationError: With verify=True, the model's outputs differ from
+            PyTorch's beyond `verify_tolerance`, onnxruntime could not run it, or it is
+            not installed.
+        ValueError: Arguments that contradict each other or are out of range (each error
+            names the argument).
+        TypeError: An argument of the wrong type (the error names it).
+
+    Runnable examples: [exporting nn.Modules](../guides/modules.md).
     """
     # torch.onnx.export's names and meanings, as pt2onnx's own (pt2onnx._compat).
     opset, opset_version = _compat.resolve_opset(opset, opset_version), None
     fallback = _compat.operator_export_fallback(operator_export_type, fallback)
     operator_export_type = None
-    _compat.check_bools(fix_dynamic_shapes=fix_dynamic_shapes, export_params=export_params, do_constant_folding=do_constant_folding,
+    _compat.check_bools(fix_dynamic_shapes=fix_dynamic_shapes, export_params=export_params,
+                        do_constant_folding=do_constant_folding,
                         keep_initializers_as_inputs=keep_initializers_as_inputs, dynamo=dynamo,
                         autograd_inlining=autograd_inlining, profile=profile,
                         dump_exported_program=dump_exported_program)
@@ -1338,11 +1463,29 @@ def unconvertible_ops(
     strict: bool = False,
     custom_translation_table: Mapping[Any, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """The ops of `model` no converter handles at `opset`, without writing
-    anything: one dict per target (`target`, `count`, `where`: the first
-    node's module and source line, `converts_from`: the lowest opset that
-    converts it, 0 if none). Empty when the model exports. Targets of
-    `custom_translation_table` count as converted."""
+    """List the ops of a model that no converter handles, without writing anything.
+
+    The model is captured as `export()` captures it, and the C++ core lists the ops of the
+    program it has no converter for at `opset`.
+
+    Args:
+        model: An `nn.Module` (captured with torch.export) or a
+            `torch.export.ExportedProgram`.
+        args: The example positional inputs, as `export()` takes them.
+        kwargs: The example keyword inputs, as `export()` takes them.
+        dynamic_shapes: The dynamic dims in torch.export's form, as `export()` takes them.
+        opset: The ONNX opset to check against; None: `pt2onnx.DEFAULT_OPSET`.
+        strict: torch.export's strict mode, as in `export()`.
+        custom_translation_table: Converters as `export()` takes them: their targets (and
+            ops registered with `register_custom_op_symbolic`) count as converted.
+
+    Returns:
+        list[dict]: One dict per op target: "target", "count", "where" (the first node's
+            module and source line), "converts_from" (the lowest opset that converts it, 0
+            if none). Empty when the model exports.
+
+    Runnable examples: [ops without a converter](../guides/custom-ops.md#ops-without-a-converter).
+    """
     opset = _check_arguments(None, kwargs, None, opset, None, None, None, True, strict)
     custom_functions = _custom.record_table(custom_translation_table, opset, {})
     if isinstance(model, torch.export.ExportedProgram):

@@ -13,7 +13,19 @@ import torch
 
 
 class TrainingMode(enum.IntEnum):
-    """As torch.onnx.TrainingMode (same names and values)."""
+    """The mode `export(training=...)` captures a model in.
+
+    As `torch.onnx.TrainingMode`: the same names and values, and `export()` accepts
+    torch.onnx's members too. The mode is set around capture and every submodule's own
+    mode restored after it. In training mode (TRAINING, or PRESERVE of a model in train
+    mode) the buffers the forward updates (batch norm's running statistics) become extra
+    outputs of the graph.
+
+    Attributes:
+        PRESERVE: Capture in the model's current mode.
+        EVAL: Capture in eval mode (`model.eval()`); the default.
+        TRAINING: Capture in train mode (`model.train()`).
+    """
 
     PRESERVE = 0  # capture in the model's current mode
     EVAL = 1  # model.eval() during capture (the default)

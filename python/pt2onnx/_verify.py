@@ -14,7 +14,15 @@ from . import _core
 
 
 class VerificationError(_core.ConversionError):
-    """The exported model's outputs differ from PyTorch's beyond tolerance."""
+    """The exported model's outputs differ from PyTorch's beyond tolerance.
+
+    Raised by `export(verify=True)` (and by the checks of `hf.export_pretrained`,
+    `diffusers.export_pipeline` and the "pt2onnx_debug" torch.compile backend) when an
+    output's shape, dtype or values differ from PyTorch's; the message names the outputs
+    and inputs concerned. `export(verify=True)` also raises it when its check cannot run:
+    onnxruntime missing or failing, PyTorch failing on the example inputs, or example
+    inputs it cannot match to the model's. A subclass of `pt2onnx.ConversionError`.
+    """
 
 
 def _leaves(x) -> list:

@@ -263,12 +263,30 @@ def _load(path: str, name: str, spec: Any) -> torch.nn.Module:
 
 
 def load_pipeline_models(path: str | os.PathLike) -> dict[str, torch.nn.Module]:
-    """The networks this module exports from the pipeline directory `path`:
-    text_encoder, unet or transformer, vae (those present), in eval mode and
-    fp32. Raises a ValueError naming what is not supported (another denoiser
-    than a UNet2DConditionModel or a PixArtTransformer2DModel, added
-    conditioning, several text encoders, a text encoder other than CLIP's
-    beside a UNet or T5's beside a transformer)."""
+    """Load the networks `export_pipeline` exports from a pipeline directory.
+
+    Each component loads from the class model_index.json names for it (a diffusers or
+    transformers class), with local_files_only and the hub's offline mode
+    (`HF_HUB_OFFLINE=1` in the environment unless it is set); `hf.prepare()` runs first
+    when transformers is installed.
+
+    Args:
+        path: The pipeline directory (model_index.json and one folder per component, as
+            `pipeline.save_pretrained` writes it).
+
+    Returns:
+        dict[str, torch.nn.Module]: The networks present among "text_encoder", "unet" or
+            "transformer", and "vae", in eval mode and float32.
+
+    Raises:
+        ValueError: The pipeline is not supported, the error naming what: another
+            denoiser than a UNet2DConditionModel or a PixArtTransformer2DModel, added
+            conditioning, several text encoders, a text encoder other than CLIP's beside a
+            UNet or T5's beside a transformer, no denoiser, or a component whose class is not
+            one of this diffusers' or transformers' classes.
+        FileNotFoundError: `path` is not a directory, has no model_index.json, or a
+            component's folder has no config.json.
+    """
     path = os.fspath(path)
     index = _read_index(path)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -359,16 +377,42 @@ def export_pipeline(
     rtol: float = RTOL,
     verbose: bool | None = None,
 ) -> dict[str, ExportResult]:
-    """Exports the local diffusers pipeline directory `path` (see the module
-    docstring) to `out_dir` (default: `<path>/onnx`): text_encoder/model.onnx,
-    unet/model.onnx (or transformer/model.onnx), vae_decoder/model.onnx (weights in model.onnx.data
-    beside each), plus the scheduler / tokenizer folders and model_index.json
-    copied. With verify=True (default) every file is compared in onnxruntime
-    with PyTorch on fresh inputs of other sizes than the export's (batch,
-    sequence length, height, width; both timestep forms), within atol / rtol;
-    a VerificationError names the output and inputs that differ. Returns
-    {folder: ExportResult}; each result's checks has max_abs_error and
-    verified_inputs."""
+    """Export the networks of a local diffusers pipeline directory to ONNX files.
+
+    Writes text_encoder/model.onnx, unet/model.onnx (or transformer/model.onnx) and
+    vae_decoder/model.onnx under `out_dir`, with the input / output names and dynamic axes
+    ONNX diffusion runtimes expect (the module docstring lists them), weights in
+    model.onnx.data beside each, and the component's config.json. The scheduler, tokenizer
+    and feature_extractor folders (those present) and model_index.json (its "vae" entry
+    renamed "vae_decoder") are copied, so that a runtime finds them. Supported: Stable
+    Diffusion 1.x / 2.x style UNet pipelines and PixArt-style transformer pipelines (see
+    `load_pipeline_models`).
+
+    Args:
+        path: The pipeline directory, as `pipeline.save_pretrained` writes it
+            (model_index.json and one folder per component).
+        out_dir: The output directory; None: `<path>/onnx`. Created if missing.
+        opset: `export()`'s opset; None: `pt2onnx.DEFAULT_OPSET`.
+        verify: Compare every file in onnxruntime with PyTorch on fresh inputs of other
+            sizes than the export's (batch, sequence length, height, width; both timestep
+            forms), within `atol` / `rtol` (default True; needs onnxruntime).
+        atol: The comparison's absolute tolerance.
+        rtol: The comparison's relative tolerance.
+        verbose: `export()`'s progress line on stderr (False: none).
+
+    Returns:
+        dict[str, ExportResult]: `{folder: result}`; with verify=True each result's
+            `checks` has "max_abs_error" and "verified_inputs" (the sizes compared).
+
+    Raises:
+        ValueError: The pipeline is not supported (see `load_pipeline_models`).
+        FileNotFoundError: `path` is not a pipeline directory.
+        pt2onnx.ConversionError: A network does not convert.
+        pt2onnx.VerificationError: A file differs from PyTorch; the error names the
+            output and inputs that differ.
+
+    Runnable examples: [diffusers pipelines](../guides/diffusers.md).
+    """
     path = os.fspath(path)
     models = load_pipeline_models(path)
     out_dir = os.fspath(out_dir) if out_dir is not None else os.path.join(path, "onnx")
@@ -405,6 +449,14 @@ def export_pipeline(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the `pt2onnx-diffusers` command (`export_pipeline` from the command line).
+
+    Args:
+        argv: The command's arguments; None: `sys.argv[1:]`.
+
+    Returns:
+        int: The exit status: 0, or 1 after printing the error on stderr.
+    """
     p = argparse.ArgumentParser(
         prog="pt2onnx-diffusers",
         description="Export a local diffusers pipeline directory (Stable Diffusion style: "

@@ -69,7 +69,31 @@ _KNOWN_OPTIONS = {"providers", "session_options", "session_config", "opset", "ta
 
 @dataclass
 class GraphStats:
-    """What the backend did for one graph dynamo handed over (seconds)."""
+    """What the backends did for one graph dynamo handed over; `stats()` lists them.
+
+    With `fallback="partition"`, the graph split has a record of its own for each
+    partition run in onnxruntime. Times are in seconds.
+
+    Attributes:
+        graph: The graph's number, counted from 0 (from the first graph after the last
+            `reset_stats()`); save_dir's `graph_<n>.onnx` uses it.
+        nodes: The number of FX nodes of the ATen graph.
+        aot: Seconds in AOTAutograd: dynamo's graph to a functional ATen graph.
+        convert: Seconds converting: the graph described and run through the C++ pipeline
+            (read to write, in memory), summed over conversions.
+        session: Seconds creating onnxruntime InferenceSessions, summed over conversions.
+        conversions: How many times the graph was converted: 1, more when weights changed
+            in place.
+        onnx_nodes: The number of nodes of the ONNX model (last conversion).
+        partitions: fallback="partition": the number of partitions run in onnxruntime.
+        fallback_ops: fallback="partition": the ops without a converter, run in PyTorch.
+        timings: Seconds per stage of the C++ pipeline, last conversion.
+        entered: `time.perf_counter()` when dynamo called the backend.
+        session_id: `id()` of the InferenceSession in use.
+        providers: The execution providers of that session.
+        weights: The number of parameters and buffers written as initializers.
+        in_place: The number of outputs written into the input they update (a KV cache).
+    """
 
     graph: int  # number of the graph in this process, from 0
     nodes: int  # FX nodes of the ATen graph
@@ -93,12 +117,21 @@ _stats_lock = threading.Lock()
 
 
 def stats() -> list[GraphStats]:
-    """Per-graph timings of the backends in this process, oldest first."""
+    """Return what the torch.compile backends did for each graph, oldest first.
+
+    The records of every graph the "pt2onnx" and "pt2onnx_debug" backends compiled in this
+    process since the last `reset_stats()`. The list is a copy, but its entries are the live
+    records: a later conversion of a graph updates its entry.
+
+    Returns:
+        list[GraphStats]: One record per graph (and per partition).
+    """
     with _stats_lock:
         return list(_stats)
 
 
 def reset_stats() -> None:
+    """Clear the records `stats()` returns; graph numbers start from 0 again."""
     with _stats_lock:
         _stats.clear()
 
@@ -169,18 +202,89 @@ class _Options:
 
 def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
             options: dict | None = None) -> Callable:
-    """torch.compile backend "pt2onnx": each graph runs in onnxruntime."""
+    """The torch.compile backend "pt2onnx": each graph runs in onnxruntime.
+
+    Not called directly: `torch.compile(model, backend="pt2onnx", options={...})` finds it
+    through the package's entry point. AOTAutograd turns each graph dynamo captures into a
+    functional ATen graph; it is converted by the C++ pipeline `pt2onnx.export` uses, in
+    memory, at its first call, and run in an onnxruntime InferenceSession, tensors passed
+    both ways through DLPack.
+
+    Inference only: a graph that would need gradients is refused. Parameters and buffers
+    the graph does not mutate are constants of the compiled model (initializers), as with
+    inductor's freezing, but checked: one written in place since (its version counter or
+    storage changed, e.g. by `load_state_dict`) makes the graph convert again with the new
+    values on its next call (a second change makes it an input of the model from then
+    on). Writes through `tensor.data` bypass version counters and are not seen.
+
+    Args:
+        gm: The graph dynamo captured.
+        example_inputs: Its example inputs.
+        options: The `options` of `torch.compile`, all optional:
+
+            - "providers": onnxruntime execution providers (default
+              ["CPUExecutionProvider"]);
+            - "session_options": a dict of `onnxruntime.SessionOptions` attributes
+              ({"intra_op_num_threads": 4}), or a SessionOptions object (then shared by
+              every session, which cannot take the weights left in PyTorch's memory: they
+              are copied into each model);
+            - "session_config": session config entries
+              ({"session.intra_op.allow_spinning": "0"}), with "session_options" given as a
+              dict or not at all;
+            - "opset" (default `pt2onnx.DEFAULT_OPSET`);
+            - "target": "onnxruntime" (default: onnxruntime's fused contrib ops) or
+              "standard";
+            - "optimize" (default True);
+            - "custom_translation_table" / "custom_opsets": as `pt2onnx.export` takes them;
+            - "fallback": None (default: ops without a converter are an error naming them
+              all) or "partition" (torch's CapabilityBasedPartitioner splits the graph: the
+              unsupported nodes run in PyTorch, the rest in onnxruntime; a warning names the
+              ops);
+            - "save_dir": also write each graph's model there (`graph_<n>.onnx`), to
+              inspect;
+            - "atol", "rtol": used by "pt2onnx_debug" only.
+
+    Returns:
+        Callable: The compiled graph, for dynamo to call.
+
+    Raises:
+        ValueError: An unknown option, or an option's value out of range.
+        RuntimeError: The graph would need gradients (an input or parameter requires grad
+            while grad mode is on): call the compiled model under `torch.no_grad()` or
+            `torch.inference_mode()`.
+        pt2onnx.ConversionError: At the graph's first call, when it does not convert.
+
+    Runnable examples: [the torch.compile backend](../guides/compile-backend.md).
+    """
     return _compile(gm, example_inputs, _Options(options, debug=False))
 
 
 def debug_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                   options: dict | None = None) -> Callable:
-    """torch.compile backend "pt2onnx_debug": each graph runs in onnxruntime
-    and in onnx.reference.ReferenceEvaluator, both compared with PyTorch
-    eager on every call; the first output that differs is reported with the
-    ONNX node that produced it and the FX node it came from
-    (pt2onnx.VerificationError). Slow: for finding which graph, output and
-    node a conversion gets wrong."""
+    """The torch.compile backend "pt2onnx_debug": "pt2onnx" checked against PyTorch.
+
+    Each graph runs in onnxruntime and in `onnx.reference.ReferenceEvaluator`, both
+    compared with PyTorch eager on every call; the first output that differs is reported
+    with the ONNX node that produced it and the FX node it came from
+    (`pt2onnx.VerificationError`). Slow: for finding which graph, output and node a
+    conversion gets wrong. Used as `torch.compile(model, backend="pt2onnx_debug")`.
+
+    Args:
+        gm: The graph dynamo captured.
+        example_inputs: Its example inputs.
+        options: As for the "pt2onnx" backend (see `backend`), except that "target" must
+            be "standard" (the default here: the reference evaluator runs standard ONNX
+            only), and "atol" / "rtol" set the comparisons' tolerances (default 1e-4).
+
+    Returns:
+        Callable: The compiled graph, for dynamo to call.
+
+    Raises:
+        ValueError: An unknown option, an option's value out of range, or a target other
+            than "standard".
+        RuntimeError: The graph would need gradients.
+        pt2onnx.VerificationError: On a call whose outputs differ from PyTorch's.
+    """
     return _compile(gm, example_inputs, _Options(options, debug=True))
 
 

@@ -64,8 +64,21 @@ def _torchvision_ops_unloadable() -> bool:
 
 
 def prepare() -> None:
-    """Makes transformers' models capturable (see the module docstring).
-    Idempotent; call it before importing transformers' models."""
+    """Make transformers' models capturable by torch.export.
+
+    Registers transformers' `DynamicCache` as a pytree node with transformers' own export
+    registration, so a cache is an input and an output of the exported graph (named
+    `past_key_values.<layer>.key` / `present.<layer>.key` by the C++ core), and
+    `EncoderDecoderCache`, which transformers has no export registration for (leaves named
+    `past_key_values.<i>.decoder.key` for self-attention and
+    `past_key_values.<i>.encoder.key` for cross-attention, `present.<i>...` as outputs, as
+    optimum does). When torchvision is installed but its compiled operators cannot load
+    with this torch, keeps torchvision from registering them, so that transformers' imports
+    of it succeed.
+
+    Idempotent; call it before importing transformers' models. The other functions of this
+    module call it themselves.
+    """
     if _torchvision_ops_unloadable():
         sys.modules.setdefault("torchvision._meta_registrations",
                                types.ModuleType("torchvision._meta_registrations"))
@@ -360,8 +373,17 @@ class _Seq2SeqInputs:
 
 
 def seq2seq_paths(f: str | os.PathLike) -> tuple[str, str]:
-    """The encoder and decoder files export_pretrained(task="seq2seq-with-past")
-    writes for `f`: <stem>.encoder.onnx and <stem>.decoder.onnx beside it."""
+    """Name the two files `export_pretrained(task="seq2seq-with-past")` writes for `f`.
+
+    Args:
+        f: The path given to `export_pretrained` (`<stem>.onnx`).
+
+    Returns:
+        tuple[str, str]: The encoder and decoder files, `<stem>.encoder.onnx` and
+            `<stem>.decoder.onnx`, beside `f`.
+
+    Runnable examples: [LLMs and transformers](../guides/transformers.md).
+    """
     f = os.fspath(f)
     stem = f[:-5] if f.endswith(".onnx") else f
     return stem + ".encoder.onnx", stem + ".decoder.onnx"
@@ -466,8 +488,26 @@ def _config(path: str | os.PathLike, task: str):
 
 
 def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
-    """The model of a local checkpoint directory for `task`, in eval mode, in
-    fp32, never touching the network."""
+    """Load the model of a local checkpoint directory for a task.
+
+    The model class follows the task (`AutoModelForCausalLM` for text generation,
+    `AutoModel` for feature-extraction, `AutoModelForImageClassification`,
+    `AutoModelForSeq2SeqLM` or `AutoModelForSpeechSeq2Seq` for seq2seq); its config's
+    `use_cache` is True for the "-with-past" tasks only. Never touches the network:
+    `local_files_only`, no remote code, and `HF_HUB_OFFLINE=1` in the environment unless it
+    is set.
+
+    Args:
+        path: The checkpoint directory (config.json and the weights).
+        task: One of `TASKS`, as `export_pretrained` takes it.
+
+    Returns:
+        torch.nn.Module: The model, in eval mode, in float32.
+
+    Raises:
+        ValueError: An unknown task.
+        FileNotFoundError: `path` holds no config.json.
+    """
     config = _config(path, task)
     model = _model_class(task, config).from_pretrained(path, config=config, local_files_only=True,
                                                        trust_remote_code=False,
@@ -476,12 +516,27 @@ def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
 
 
 def empty_pretrained(path: str | os.PathLike, task: str):
-    """The model of a local checkpoint directory for `task` built from its
-    config without weight data (parameters on the meta device, buffers
-    computed as at init), in eval mode, in fp32; and the weight source
-    export() reads the checkpoint's safetensors files from, converting
-    float weights stored in another type (bfloat16, float16) to float32 as
-    from_pretrained(dtype=torch.float32) loads them. No weight is loaded."""
+    """Build the model of a local checkpoint directory without loading its weights.
+
+    The model is built from the checkpoint's config for `task` (as `load_pretrained`
+    chooses its class) under `pt2onnx.init_empty_weights()`: its parameters have no data
+    (fake tensors), its buffers are computed as at init. No weight is loaded; the weight
+    source returned has `export()` read the checkpoint's safetensors files instead,
+    converting float weights stored in another type (bfloat16, float16) to float32 as
+    `from_pretrained(dtype=torch.float32)` loads them.
+
+    Args:
+        path: The checkpoint directory (config.json and safetensors files).
+        task: One of `TASKS`, as `export_pretrained` takes it.
+
+    Returns:
+        tuple: `(model, weights)`: the model, in eval mode, in float32, and the weight
+            source (`checkpoint_weights(model, path)`) to pass as `export(weights=...)`.
+
+    Raises:
+        ValueError: An unknown task.
+        FileNotFoundError: `path` holds no config.json or no safetensors file.
+    """
     from ._export import _WeightSource, init_empty_weights, safetensors_files
 
     config = _config(path, task)
@@ -515,10 +570,28 @@ def _saved_names(model) -> dict[str, str]:
 
 
 def checkpoint_weights(model, path: str | os.PathLike):
-    """export(weights=...) for `model` (built without weight data) from the
-    safetensors files of the checkpoint directory `path`, with the names
-    save_pretrained gave its tensors; float weights stored in another type
-    are converted to the model's while streamed."""
+    """Make the `export(weights=...)` source of a model from its checkpoint directory.
+
+    The source reads the safetensors files of the checkpoint, with the names
+    `save_pretrained` gave its tensors (transformers' renames, such as GPT-NeoX's lm_head
+    saved as embed_out); float weights stored in another type are converted to the model's
+    while streamed. A checkpoint of another head of the same model (a ...ForCausalLM
+    checkpoint exported as feature-extraction, or the reverse) is read too: its names carry
+    (or lack) the base model's prefix, and the other head's weights are not read.
+
+    Args:
+        model: The transformers model, built without weight data (as `empty_pretrained`
+            or `pt2onnx.init_empty_weights()` builds it).
+        path: The checkpoint directory holding the safetensors files.
+
+    Returns:
+        The weight source, to pass as `export(model, ..., weights=...)`.
+
+    Raises:
+        FileNotFoundError: `path` holds no safetensors file, or its index names shards
+            that are not there.
+        ValueError: Its model.safetensors.index.json is not a safetensors index.
+    """
     from ._export import _WeightSource, safetensors_files
 
     source = _WeightSource(files=safetensors_files(path), convert_floats=True)
@@ -577,49 +650,79 @@ def export_pretrained(
     external_data: bool | str | None = True,
     quantize: str | dict | None = None,
 ) -> ExportResult:
-    """Exports the local transformers checkpoint at `path` (config.json +
-    weights, as save_pretrained writes) for `task` to `f` (default:
-    `<path>/model.onnx`), with dynamic batch and sequence lengths, and checks
-    it in onnxruntime against PyTorch on fresh inputs of other sizes.
+    """Export a local transformers checkpoint to ONNX for a task, and verify it.
 
-    Tasks: text-generation-with-past (a decoder step: input_ids,
-    attention_mask, position_ids, past_key_values.<i>.key/value -> logits,
-    present.<i>.key/value; one file serves prefill, with an empty cache, and
-    decode), text-generation (no cache), feature-extraction (the base model),
-    image-classification, seq2seq (encoder-decoder forward with
-    decoder_input_ids, no cache), seq2seq-with-past (encoder-decoder
-    generation with a cache, two files, see seq2seq_paths: for f =
-    <stem>.onnx, <stem>.encoder.onnx: input_ids, attention_mask (or Whisper's
-    input_features) -> last_hidden_state, present.<i>.encoder.key/value (the
-    decoder's cross-attention cache, computed once); <stem>.decoder.onnx, one
-    decoder step: decoder_input_ids, encoder_attention_mask (text models),
-    past_key_values.<i>.decoder.key/value (the self-attention cache, past
-    length 0 on the first step), past_key_values.<i>.encoder.key/value (the
-    encoder file's) -> logits, present.<i>.decoder.key/value; optimum's
-    names; the result is the decoder's, with the encoder's in
-    checks["encoder"]). `target` is export()'s: "onnxruntime"
-    writes onnxruntime's fused operators (the decoder's inputs and outputs
-    stay the same, so one generation loop serves both targets). `dtype` is
-    export()'s too: torch.float16 writes weights, logits and the KV cache in
-    float16 (the model is loaded and compared in float32). `atol` / `rtol`
-    default to export()'s verify tolerance of the dtype: 1e-4 for float32,
-    1e-2 for float16. The result's `checks` has the verification's max abs
-    error.
+    The checkpoint is exported with example inputs and dynamic batch and sequence lengths
+    chosen for the task, then checked in onnxruntime against PyTorch on fresh inputs of
+    other sizes. Nothing reaches the network: the checkpoint loads with local_files_only
+    and the hub's offline mode.
 
-    `weights`: "empty" (default) builds the model from its config without
-    weight data (on the meta device) and has the C++ core copy the
-    checkpoint's safetensors bytes into the external data file-to-file, so
-    the export needs memory for the graph only, whatever the model's size;
-    float weights stored in another type than float32 (a bfloat16
-    checkpoint) are converted while streamed. "memory" loads the model with
-    from_pretrained first (checkpoints without safetensors files need it).
-    Both write the same file. `verify=True` runs the model in PyTorch, which
-    then loads its weights (after the export): use verify=False for models
-    larger than memory. `verbose` (the progress line) and `external_data`
-    ("shards:2GB": data files of at most 2 GB) are export()'s. So is
-    `quantize` ("int4" / "int8": Linear weights quantized while written);
-    a quantized file differs from PyTorch by more than rounding, so
-    verify=True then needs atol and rtol (pass verify=False to skip)."""
+    Args:
+        path: The checkpoint directory: config.json and the weights, as `save_pretrained`
+            writes them.
+        task: One of `TASKS`:
+
+            - "text-generation-with-past": a decoder step: input_ids, attention_mask,
+              position_ids, past_key_values.<i>.key/value -> logits, present.<i>.key/value;
+              one file serves prefill, with an empty cache, and decode;
+            - "text-generation": the same without a cache;
+            - "feature-extraction": the base model;
+            - "image-classification";
+            - "seq2seq": the encoder-decoder forward with decoder_input_ids, no cache;
+            - "seq2seq-with-past": encoder-decoder generation with a cache, in two files
+              (see `seq2seq_paths`); for f = <stem>.onnx, <stem>.encoder.onnx: input_ids,
+              attention_mask (or Whisper's input_features) -> last_hidden_state,
+              present.<i>.encoder.key/value (the decoder's cross-attention cache, computed
+              once); <stem>.decoder.onnx, one decoder step: decoder_input_ids,
+              encoder_attention_mask (text models), past_key_values.<i>.decoder.key/value
+              (the self-attention cache, past length 0 on the first step),
+              past_key_values.<i>.encoder.key/value (the encoder file's) -> logits,
+              present.<i>.decoder.key/value. These are optimum's names.
+        f: The ONNX file to write; None: `<path>/model.onnx`. Its folder is created if
+            missing.
+        opset: `export()`'s opset; None: `pt2onnx.DEFAULT_OPSET`.
+        verify: Check the file in onnxruntime against PyTorch on fresh inputs of other
+            sizes (needs onnxruntime). With weights="empty" PyTorch then loads the weights,
+            after the export: use verify=False for models larger than memory.
+        atol: The check's absolute tolerance; None: `export()`'s verify tolerance of the
+            dtype (1e-4 for float32, 1e-2 for float16, 5e-2 for bfloat16).
+        rtol: The check's relative tolerance; None: the dtype's default, as for `atol`.
+        target: `export()`'s: "onnxruntime" writes onnxruntime's fused operators (the
+            decoder's inputs and outputs stay the same, so one generation loop serves both
+            targets); "standard" (default) ONNX operators.
+        dtype: `export()`'s: torch.float16 writes weights, logits and the KV cache in
+            float16 (the model is loaded and compared in float32).
+        weights: "empty" (default) builds the model from its config without weight data
+            and has the C++ core copy the checkpoint's safetensors bytes into the external
+            data file-to-file, so the export needs memory for the graph only, whatever the
+            model's size; float weights stored in another type than float32 (a bfloat16
+            checkpoint) are converted while streamed. "memory" loads the model with
+            `from_pretrained` first (checkpoints without safetensors files need it). Both
+            write the same file.
+        verbose: `export()`'s: the progress line on stderr (False: none).
+        external_data: `export()`'s ("shards:2GB": data files of at most 2 GB).
+        quantize: `export()`'s ("int4" / "int8": Linear weights quantized while written).
+            A quantized file differs from PyTorch by more than rounding, so verify=True then
+            needs `atol` and `rtol` (pass verify=False to skip the check).
+
+    Returns:
+        ExportResult: The export's result. With verify=True its `checks` has the
+            verification's max abs error ("max_abs_error") and the input sizes checked
+            ("verified_sizes"). For "seq2seq-with-past" it is the decoder's result, with the
+            encoder's in `checks["encoder"]`.
+
+    Raises:
+        ValueError: An unknown task, `dtype` or `weights` value, or quantize with
+            verify=True without `atol` and `rtol`.
+        FileNotFoundError: `path` holds no config.json (or, with weights="empty", no
+            safetensors files).
+        pt2onnx.ConversionError: The export failed; when the checkpoint's tensors do not
+            fit the model built from its config (transformers converts some while loading),
+            the message suggests weights="memory".
+        pt2onnx.VerificationError: The file differs from PyTorch beyond `atol` / `rtol`.
+
+    Runnable examples: [LLMs and transformers](../guides/transformers.md).
+    """
     name = _export_mod.dtype_name(dtype)
     if quantize and verify and (atol is None or rtol is None):
         raise ValueError("export_pretrained(quantize=...) with verify=True needs atol and rtol "
@@ -673,6 +776,14 @@ def _export_pretrained_to(model, source, path, task, f, verify, atol, rtol, expo
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the `pt2onnx-pretrained` command (`export_pretrained` from the command line).
+
+    Args:
+        argv: The command's arguments; None: `sys.argv[1:]`.
+
+    Returns:
+        int: The exit status: 0, or 1 after printing the error on stderr.
+    """
     p = argparse.ArgumentParser(
         prog="pt2onnx-pretrained",
         description="Export a local transformers checkpoint directory to ONNX and verify it "

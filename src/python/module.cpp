@@ -222,7 +222,14 @@ std::string pretty_bytes(nb::bytes model, const std::string& source) {
 
 NB_MODULE(_core, m) {
   m.doc() = "pt2onnx C++ core";
-  nb::exception<pt2onnx::Error>(m, "ConversionError", PyExc_RuntimeError);
+  nb::exception<pt2onnx::Error> conversion_error(m, "ConversionError", PyExc_RuntimeError);
+  // The docs site's API reference is generated from these docstrings (mkdocstrings).
+  conversion_error.attr("__doc__") =
+      "Raised when a program cannot be converted (a RuntimeError).\n\n"
+      "Its message is the C++ core's: it names the node, its aten target, the module path and "
+      "the user's source line; ops without a converter are listed all at once (target, count, "
+      "first source line). Nothing is written: a file that was at the output path before is "
+      "left as it was.";
   m.def("convert", &convert, nb::arg("program"), nb::arg("weights"), nb::arg("output_path"),
         nb::arg("opset"), nb::arg("optimize"), nb::arg("external_data"), nb::arg("input_names"),
         nb::arg("output_names"), nb::arg("input_dim_names"), nb::arg("output_dim_names"),
@@ -245,7 +252,12 @@ NB_MODULE(_core, m) {
       nb::arg("spec"));
   m.def("unsupported_ops", &unsupported_ops, nb::arg("program"), nb::arg("opset"),
         nb::arg("custom_functions") = CustomFunctions{});
-  m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"));
+  m.def("supported_targets", &pt2onnx::supported_targets, nb::arg("opset"),
+        "The ATen targets (\"torch.ops.aten.conv2d.default\", ...) converted at an opset.\n\n"
+        "Args:\n"
+        "    opset: an opset from MIN_OPSET to MAX_OPSET.\n\n"
+        "Returns:\n"
+        "    list[str]: the targets, sorted.");
   m.def("pretty_file", &pretty_file, nb::arg("path"));
   m.def("pretty_bytes", &pretty_bytes, nb::arg("model"), nb::arg("source"));
   m.def("ir_version_for_opset", &pt2onnx::ir_version_for_opset);
