@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -347,7 +348,8 @@ def write_md(results):
     lines = [
         "# torch.compile(backend=\"pt2onnx\") vs eager and inductor",
         "",
-        f"`python bench/compile_backend.py` (torch {torch.__version__}, onnxruntime "
+        f"`python bench/compile_backend.py` ({platform.machine()}, {os.cpu_count()} cores; "
+        f"torch {torch.__version__}, onnxruntime "
         f"{onnxruntime.__version__}, {THREADS} threads, one fresh process per row, fresh inductor "
         "cache; see the script's docstring for what each column is).",
         "",

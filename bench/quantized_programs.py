@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import platform
 import warnings
 
 import numpy as np
@@ -119,7 +120,8 @@ def main():
         json.dump({"date": stamp, "torch": torch.__version__, "onnxruntime": ort.__version__,
                    "results": results}, fh, indent=1)
     lines = [f"# Quantized programs: torch.onnx vs pt2onnx ({stamp})", "",
-             f"`python bench/quantized_programs.py`; torch {torch.__version__}, onnxruntime "
+             f"`python bench/quantized_programs.py`; {platform.machine()}, {os.cpu_count()} cores; "
+             f"torch {torch.__version__}, onnxruntime "
              f"{ort.__version__}, torchao 0.18.0. torch.onnx.export(dynamo=True) and "
              "pt2onnx.export(opset 21) of the same quantized program; onnxruntime at the basic "
              "optimization level (the QDQ graph as written); max |ONNX output - PyTorch "

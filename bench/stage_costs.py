@@ -15,6 +15,7 @@ export() (its read walks the tree)."""
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -112,6 +113,7 @@ def main(models):
         rows.append(json.loads(line[-1]))
         print(name, rows[-1], flush=True)
     out = ["## Stage costs, before and after (`python bench/stage_costs.py`)", "",
+           f"Machine: {platform.machine()}, {os.cpu_count()} cores. "
            "One fresh process per model. `run_decompositions` is what re-tracing to core ATen "
            "would add (torch.onnx dynamo=True does it; pt2onnx converts the graph "
            "torch.export returns, so it pays nothing here). Serialize before = torch's "
