@@ -22,22 +22,28 @@ APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time c
 STAMP := $(VENV)/.deps-stamp
 
 .PHONY: all apt-deps deps deps-clang build python cpp demo test test-quick test-torch test-cpp test-python \
-        sanitize-configure test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 bench-nodes bench-scale bench-sizes zoo coverage format format-check \
+        sanitize-configure test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 bench-nodes bench-scale bench-sizes zoo coverage format format-check docs docs-serve docs-browser-check \
         clean
 
 all: build
+
+# $(call apt_install,PACKAGES): installs the Debian packages not installed yet (apt-get, through
+# sudo unless root); only a dpkg check when they are all there.
+define apt_install
+@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+endef
 
 # Dependencies: re-checked when the requirement files change.
 deps: $(STAMP)
 # The Debian packages alone (a dpkg check when they are there): format-check needs clang-format
 # before anything else is installed (CI's first step on a fresh machine).
 apt-deps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
-	fi
+	$(call apt_install,$(APT_PACKAGES))
 $(STAMP): requirements-dev.txt Makefile tools/venv_hook/_pt2onnx_torchvision_hook.py | apt-deps
 	@[ -x $(PY) ] || { echo "creating the project environment $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q -r requirements-dev.txt
@@ -49,11 +55,7 @@ $(STAMP): requirements-dev.txt Makefile tools/venv_hook/_pt2onnx_torchvision_hoo
 # clang + libFuzzer, only for `make fuzz`.
 FUZZ_APT := clang-14 libclang-rt-14-dev
 deps-clang:
-	@missing=""; for p in $(FUZZ_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
-	fi
+	$(call apt_install,$(FUZZ_APT))
 
 # The Python package (nanobind extension built by scikit-build-core; the
 # build directory persists, so rebuilds are incremental).
@@ -149,6 +151,26 @@ format: apt-deps
 	clang-format -i $(FORMAT_FILES)
 format-check: apt-deps
 	clang-format --dry-run --Werror $(FORMAT_FILES)
+
+# The documentation site (mkdocs.yml, sources in docs/): built into site/ in strict mode (a
+# broken link, anchor or API reference fails); its generated pages (bench/ results, the commands'
+# --help, the C++ header) are made during the build by tools/docs_pages.py, so it needs the built
+# commands; it runs no example (tests/python/test_docs.py does). docs-serve: at 127.0.0.1:8000.
+DOCS_STAMP := $(VENV)/.docs-stamp
+DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
+$(DOCS_STAMP): docs/requirements.txt $(STAMP)
+	$(PY) -m pip install -q -r docs/requirements.txt
+	@touch $@
+docs: python $(DOCS_STAMP)
+	$(DOCS_ENV) $(PY) -m mkdocs build --strict --clean
+docs-serve: python $(DOCS_STAMP)
+	$(DOCS_ENV) $(PY) -m mkdocs serve --strict -a 127.0.0.1:8000
+# The built site in headless Chromium (Debian's chromium-headless-shell): the front page, a guide
+# and an API page load with their navigation; screenshots in build/docs-browser/.
+DOCS_BROWSER_APT := chromium-headless-shell fonts-dejavu-core
+docs-browser-check: docs
+	$(call apt_install,$(DOCS_BROWSER_APT))
+	$(PY) tools/docs_browser_check.py --site site --out build/docs-browser
 
 # pt2onnx against torch.onnx.export (full series: long; writes bench/results.md + plots).
 bench-deps: deps

@@ -2,7 +2,7 @@
 names and meanings (both of its exporters: dynamo=True and the TorchScript
 one), turned into pt2onnx's own here, at the edge, so the rest of export()
 sees one set of options. Also torch.onnx.is_in_onnx_export() during capture
-and f given as a binary file object. docs/migrating.md lists each argument."""
+and f given as a binary file object. docs/guides/migrating.md lists each argument."""
 
 from __future__ import annotations
 
@@ -18,8 +18,18 @@ _state = threading.local()
 
 
 def is_in_onnx_export() -> bool:
-    """True while pt2onnx (or torch.onnx) captures a model: model code may
-    take an export-friendly path, as with torch.onnx."""
+    """Tell whether a model is being captured for export.
+
+    As `torch.onnx.is_in_onnx_export()`: model code may test it to take an export-friendly
+    path. While pt2onnx captures a model it also sets torch.onnx's flag (where this torch
+    has it), so `torch.onnx.is_in_onnx_export()` is True then as well; both are False again
+    after the capture, also when it fails.
+
+    Returns:
+        bool: True while pt2onnx (or torch.onnx) captures a model.
+
+    Runnable examples: [migrating from torch.onnx](../guides/migrating.md).
+    """
     if getattr(_state, "depth", 0) > 0:
         return True
     return bool(torch.onnx.is_in_onnx_export())

@@ -358,17 +358,15 @@ def test_unsupported_op_in_branch_is_reported(tmp_onnx):
     assert not os.path.exists(tmp_onnx)
 
 
-def test_readme_example(tmp_path, monkeypatch):
-    """The README's control-flow example runs as printed and gives an If."""
-    import os
-    import re
+def test_guide_example(tmp_path, monkeypatch):
+    """The guide's control-flow example runs as printed and gives an If."""
+    import doc_blocks
 
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
-    section = readme.split("### Control flow, data-dependent shapes, recurrent layers", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    page = "docs/guides/modules.md"
+    code = doc_blocks.section_code(page, "Control flow, data-dependent shapes, recurrent layers")
     monkeypatch.chdir(tmp_path)
     scope = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, page, "exec"), scope)
     m = onnx.load(str(tmp_path / "early_exit.onnx"))
     assert [n.op_type for n in m.graph.node].count("If") == 1
     model = scope["model"]

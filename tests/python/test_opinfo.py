@@ -36,7 +36,7 @@ CONFIGS = {
 
 # Opsets 11 and 12 convert at 13 and rewrite the result (src/opt/lower_to_opset.cpp):
 # one sample per op exercises each rewrite the op's converter output needs; the
-# other samples would repeat o13's conversion (CI time, docs/ci_times.md).
+# other samples would repeat o13's conversion (CI time, docs/contributing/ci-times.md).
 SAMPLES = {"o11-float32-train": 1, "o12-float32-train": 1}
 
 _DB = {h.op_id(o): o for o in h.op_db()}
