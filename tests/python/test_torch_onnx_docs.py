@@ -342,19 +342,3 @@ def test_use_external_data_format(tmp_path, monkeypatch):
                                           x.numpy()})
     with torch.no_grad():
         np.testing.assert_allclose(got[0], model(x).numpy(), atol=1e-4, rtol=1e-4)
-
-
-def test_migration_page_example(tmp_path, monkeypatch, capsys):
-    """docs/guides/migrating.md's before/after example runs and prints what it says."""
-    import os
-    import re
-
-    monkeypatch.chdir(tmp_path)
-    page = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "guides",
-                             "migrating.md"), encoding="utf-8").read()
-    (code,) = re.findall(r"```python\n(.*?)```", page, re.S)
-    (printed,) = re.findall(r"Printed: `([^`]*)`", page)
-    exec(compile(code, "docs/guides/migrating.md", "exec"), {})
-    assert capsys.readouterr().out.strip() == printed
-    _, got = run_ort("resnet18.onnx", {"x": np.random.randn(3, 3, 224, 224).astype(np.float32)})
-    assert got[0].shape == (3, 1000)
