@@ -439,8 +439,10 @@ def _readable_outputs(model: bytes) -> bytes:
     return m.SerializeToString() if changed else model
 
 
-def run_sample(op, sample, dtype, opset, *, exporter="pt2onnx", decomposed=False, inplace=False,
-               check_bf16=True) -> SampleResult:
+def prepare(op, sample, dtype, inplace=False):
+    """What a sample's runs at every opset share: its capture, eager's outputs (and inputs as
+    the op left them) and whether its values can be compared; a SampleResult when it cannot
+    be captured."""
     try:
         mod, tensors, ep = capture(op, sample, inplace)
         expected, after = eager(mod, tensors, dtype)
@@ -450,6 +452,18 @@ def run_sample(op, sample, dtype, opset, *, exporter="pt2onnx", decomposed=False
         return SampleResult(CAPTURE, "no tensor output")
     values = op_id(op) not in NONDETERMINISTIC and not (draws_random(ep)
                                                         and eager_varies(ep, tensors))
+    return ep, tensors, expected, after, values
+
+
+def run_sample(op, sample, dtype, opset, *, exporter="pt2onnx", decomposed=False, inplace=False,
+               check_bf16=True, prepared=None) -> SampleResult:
+    """One sample through capture, conversion at `opset` and onnxruntime, judged against eager.
+    `prepared`: prepare()'s result for this sample, when it was made already (the same capture
+    converted at another opset)."""
+    prepared = prepare(op, sample, dtype, inplace) if prepared is None else prepared
+    if isinstance(prepared, SampleResult):
+        return prepared
+    ep, tensors, expected, after, values = prepared
     if decomposed:
         try:
             with warnings.catch_warnings():

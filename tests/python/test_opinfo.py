@@ -52,8 +52,28 @@ def _params():
             if not h.op_supports(op, h.DTYPES[dtype]):
                 continue
             marks = [] if quick else [pytest.mark.slow]
+            if (dtype, form) == ("float32", "train"):  # one worker captures once for all opsets
+                marks.append(pytest.mark.xdist_group(f"opinfo-float32-train-{name}"))
             out.append(pytest.param(cfg, name, id=f"{cfg}-{name}", marks=marks))
     return out
+
+
+# The float32 "train" configurations (opsets 11 to 23) convert the same captured samples: the
+# first of them on a worker captures an op's samples (and runs them eagerly), the others of
+# that op convert those programs at their opsets (xdist_group keeps an op's configurations on
+# one worker). Only the current op's are kept.
+_PREPARED: dict = {}
+
+
+def _prepared(name, op, dtype, count):
+    if _PREPARED.get("op") != name:
+        _PREPARED.clear()
+        _PREPARED["op"] = name
+    have = _PREPARED.setdefault("samples", [])
+    if len(have) < count:
+        more = h.samples(op, dtype, count)[len(have):]  # seeded: the same samples every call
+        have.extend(h.prepare(op, s, dtype) for s in more)
+    return have[:count]
 
 
 @pytest.mark.parametrize("cfg,name", _params())
@@ -64,9 +84,14 @@ def test_opinfo(cfg, name, record_property):
     dtype_name, opset, form, _ = CONFIGS[cfg]
     op = _DB[name]
     dtype = h.DTYPES[dtype_name]
-    results = [h.run_sample(op, s, dtype, opset, decomposed=form == "core",
-                            inplace=form == "inplace")
-               for s in h.samples(op, dtype, SAMPLES.get(cfg, h.MAX_SAMPLES))]
+    count = SAMPLES.get(cfg, h.MAX_SAMPLES)
+    if (dtype_name, form) == ("float32", "train"):
+        results = [h.run_sample(op, None, dtype, opset, prepared=p)
+                   for p in _prepared(name, op, dtype, count)]
+    else:
+        results = [h.run_sample(op, s, dtype, opset, decomposed=form == "core",
+                                inplace=form == "inplace")
+                   for s in h.samples(op, dtype, count)]
     captured = [r for r in results if r.outcome != h.CAPTURE]
     passed = sum(r.outcome == h.PASS for r in captured)
     record_property("opinfo", json.dumps({"cfg": cfg, "op": name, "samples": len(results),
