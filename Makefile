@@ -22,7 +22,7 @@ APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time c
 STAMP := $(VENV)/.deps-stamp
 
 .PHONY: all apt-deps deps deps-clang build python cpp demo test test-quick test-torch test-cpp test-python \
-        sanitize-configure test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 bench-nodes bench-scale bench-sizes zoo coverage format format-check docs docs-serve docs-browser-check \
+        sanitize-configure test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 bench-nodes bench-scale bench-sizes zoo coverage format format-check docs docs-stub docs-serve docs-browser-check \
         clean
 
 all: build
@@ -161,9 +161,15 @@ DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
 $(DOCS_STAMP): docs/requirements.txt $(STAMP)
 	$(PY) -m pip install -q -r docs/requirements.txt
 	@touch $@
-docs: python $(DOCS_STAMP)
+# The compiled module's stub (nanobind's stubgen, from the built module: its signatures and
+# docstrings) is where the API reference reads ConversionError and supported_targets from; it
+# is made from the build each time, never committed.
+CORE_STUB := python/pt2onnx/_core.pyi
+docs-stub: python
+	$(PY) -m nanobind.stubgen -q -m pt2onnx._core -o $(CORE_STUB)
+docs: docs-stub $(DOCS_STAMP)
 	$(DOCS_ENV) $(PY) -m mkdocs build --strict --clean
-docs-serve: python $(DOCS_STAMP)
+docs-serve: docs-stub $(DOCS_STAMP)
 	$(DOCS_ENV) $(PY) -m mkdocs serve --strict -a 127.0.0.1:8000
 # The built site in headless Chromium (Debian's chromium-headless-shell): the front page, a guide
 # and an API page load with their navigation; screenshots in build/docs-browser/.
