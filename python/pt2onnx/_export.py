@@ -1196,8 +1196,9 @@ def export(
             directory).
         example_outputs: (torch.onnx compatibility, old) Accepted and not used: the
             outputs come from capture.
-        use_external_data_format: (torch.onnx compatibility, old) True means
-            external_data=True; False leaves `external_data` as given.
+        use_external_data_format: (torch.onnx compatibility, old) Given, it decides where
+            the weights go, as it did in torch.onnx: True = external_data=True (a `.data`
+            file), False = external_data=False (one file, at most 2 GiB).
 
     Returns:
         ExportResult: The files written, the graph's size, seconds per stage (`timings`),
@@ -1237,7 +1238,7 @@ def export(
         if not isinstance(use_external_data_format, bool):
             raise TypeError("use_external_data_format must be True or False, not "
                             f"{use_external_data_format!r}")
-        external_data = external_data if not use_external_data_format else True
+        external_data = use_external_data_format  # torch.onnx's default was one file
         use_external_data_format = None
     report = _compat.report_path(report, artifacts_dir, model)
     if profile:

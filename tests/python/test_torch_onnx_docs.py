@@ -342,3 +342,6 @@ def test_use_external_data_format(tmp_path, monkeypatch):
                                           x.numpy()})
     with torch.no_grad():
         np.testing.assert_allclose(got[0], model(x).numpy(), atol=1e-4, rtol=1e-4)
+    # False meant one file in torch.onnx (its default), whatever pt2onnx's own default is.
+    pt2onnx.export(model, (input, ), "./one_file.onnx", use_external_data_format=False)
+    assert os.path.exists("one_file.onnx") and not os.path.exists("one_file.onnx.data")
