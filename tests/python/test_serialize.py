@@ -132,6 +132,85 @@ def test_suite_check_catches_a_changed_program(monkeypatch, tmp_path):
         pt2onnx.export(Scale(), (torch.randn(3),), str(tmp_path / "m.onnx"))
 
 
+def test_nan_with_its_sign_bit_set_reads_as_json_does(tmp_path):
+    """The difference the hand-off check found when it was added: JSON spells
+    every NaN "NaN" (read back as the one quiet NaN), while a Python float
+    NaN keeps its sign bit (-nan, or inf * 0 on x86). The tree reader reads
+    it as JSON does, so both routes give the same bytes and the two NaN
+    constants stay one initializer. (tests/conftest.py also compares the
+    export below; tools/hand_off_mutations.py plants the old behaviour and
+    shows this test fails under both the per-export and the per-program
+    comparison.)"""
+    import math
+    import struct
+
+    import numpy as np
+
+    import pt2onnx
+    from pt2onnx._export import _weight_views
+    from pt2onnx._serialize import program_tree
+
+    neg_nan = -math.nan
+    assert struct.pack("<d", neg_nan) != struct.pack("<d", math.nan)  # the sign bit is set
+
+    class Fill(torch.nn.Module):
+        def forward(self, x):
+            return x.masked_fill(x > 1, neg_nan), x.masked_fill(x < -1, math.nan)
+
+    x = torch.tensor([[-2.0, 0.5], [3.0, 0.0]])
+    ep = torch.export.export(Fill(), (x,))
+    views, keep = _weight_views(ep)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _convert(program_tree(ep), views, str(tmp_path / "a" / "m.onnx"))
+    _convert(serialize_program(ep, fast=False), views, str(tmp_path / "b" / "m.onnx"))
+    assert (tmp_path / "a" / "m.onnx").read_bytes() == (tmp_path / "b" / "m.onnx").read_bytes()
+
+    pt2onnx.export(Fill(), (x,), str(tmp_path / "e.onnx"))
+    import onnxruntime as ort
+
+    got = ort.InferenceSession(str(tmp_path / "e.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.array([[5.0, -5.0], [0.0, 1.5]], np.float32)})
+    np.testing.assert_array_equal(np.isnan(got[0]), [[True, False], [False, True]])
+    np.testing.assert_array_equal(np.isnan(got[1]), [[False, True], [False, False]])
+
+
+def test_suite_check_compares_each_program_once(monkeypatch, tmp_path):
+    """tests/conftest.py serializes and compares an ExportedProgram on its
+    first export only: the same program exported again (other opsets,
+    targets, options) reuses its tree, since the C++ reader's result does not
+    depend on the options. A program changed in place is serialized (and
+    compared) again."""
+    import pt2onnx
+    from pt2onnx import _serialize
+
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * 2.5
+
+    calls = []
+    tree_of = _serialize.program_tree
+    monkeypatch.setattr(_serialize, "program_tree", lambda ep: calls.append(ep) or tree_of(ep))
+    ep = torch.export.export(Scale(), (torch.randn(3),))
+    for opset in (17, 18, 21):
+        pt2onnx.export(ep, (), str(tmp_path / f"m{opset}.onnx"), opset=opset)
+    pt2onnx.export(ep, (), str(tmp_path / "ort.onnx"), target="onnxruntime")
+    assert len(calls) == 1
+
+    (mul,) = [n for n in ep.graph.nodes if n.op == "call_function"]
+    mul.args = (mul.args[0], 3.0)
+    ep.graph_module.recompile()
+    pt2onnx.export(ep, (), str(tmp_path / "changed.onnx"))
+    assert len(calls) == 2
+    import numpy as np
+    import onnxruntime as ort
+
+    x = np.array([1.0, -2.0, 4.0], np.float32)
+    (got,) = ort.InferenceSession(str(tmp_path / "changed.onnx"),
+                                  providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got, x * 3.0)
+
+
 def test_malformed_tree_names_the_path(tmp_path):
     """The tree is read with the JSON reader's checks and messages."""
     import pytest
