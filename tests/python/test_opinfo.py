@@ -52,17 +52,23 @@ def _params():
             if not h.op_supports(op, h.DTYPES[dtype]):
                 continue
             marks = [] if quick else [pytest.mark.slow]
-            if (dtype, form) == ("float32", "train"):  # one worker captures once for all opsets
+            if _shares_capture(cfg):  # one worker captures once for all these configurations
                 marks.append(pytest.mark.xdist_group(f"opinfo-float32-train-{name}"))
             out.append(pytest.param(cfg, name, id=f"{cfg}-{name}", marks=marks))
     return out
 
 
-# The float32 "train" configurations (opsets 11 to 23) convert the same captured samples: the
-# first of them on a worker captures an op's samples (and runs them eagerly), the others of
-# that op convert those programs at their opsets (xdist_group keeps an op's configurations on
+# The float32 "train" configurations (opsets 11 to 23) and "core" (the same programs after
+# run_decompositions()) convert the same captured samples: the first of them on a worker
+# captures an op's samples (and runs them eagerly), the others of that op convert those
+# programs at their opsets, or decompose them first (xdist_group keeps an op's configurations on
 # one worker). Only the current op's are kept.
 _PREPARED: dict = {}
+
+
+def _shares_capture(cfg):
+    dtype, _, form, _ = CONFIGS[cfg]
+    return dtype == "float32" and form in ("train", "core")
 
 
 def _prepared(name, op, dtype, count):
@@ -85,8 +91,8 @@ def test_opinfo(cfg, name, record_property):
     op = _DB[name]
     dtype = h.DTYPES[dtype_name]
     count = SAMPLES.get(cfg, h.MAX_SAMPLES)
-    if (dtype_name, form) == ("float32", "train"):
-        results = [h.run_sample(op, None, dtype, opset, prepared=p)
+    if _shares_capture(cfg):
+        results = [h.run_sample(op, None, dtype, opset, decomposed=form == "core", prepared=p)
                    for p in _prepared(name, op, dtype, count)]
     else:
         results = [h.run_sample(op, s, dtype, opset, decomposed=form == "core",
