@@ -21,7 +21,7 @@ APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time c
 # Inside the environment: removing .venv re-installs everything.
 STAMP := $(VENV)/.deps-stamp
 
-.PHONY: all apt-deps deps deps-clang build python cpp demo test test-quick test-torch test-cpp test-python \
+.PHONY: all apt-deps apt-deps-later deps deps-clang build python cpp demo test test-quick test-torch test-cpp test-python \
         sanitize-configure test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 bench-nodes bench-scale bench-sizes zoo coverage format format-check docs docs-stub docs-serve docs-browser-check \
         clean
 
@@ -113,7 +113,7 @@ test-torch: cpp
 SAN_BUILD := build/sanitize
 sanitize-configure: deps deps-clang
 	CXX=clang++-14 cmake -S . -B $(SAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-	  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" \
+	  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" "-DPT2ONNX_TEST_SOURCE_FLAGS=-O0" \
 	  -DPT2ONNX_TESTS=ON -DPT2ONNX_FUZZ=ON -DPT2ONNX_WERROR=ON >/dev/null
 test-sanitize: sanitize-configure
 	cmake --build $(SAN_BUILD) -j $(JOBS) --target pt2onnx_tests
@@ -176,6 +176,10 @@ docs-serve: docs-stub $(DOCS_STAMP)
 DOCS_BROWSER_APT := chromium-headless-shell fonts-dejavu-core
 docs-browser-check: docs
 	$(call apt_install,$(DOCS_BROWSER_APT))
+# The Debian packages only the later targets need (the sanitizer and fuzz build's clang, the docs
+# check's Chromium), in one apt call: .ci/run installs them in the background from the start.
+apt-deps-later: apt-deps
+	$(call apt_install,$(FUZZ_APT) $(DOCS_BROWSER_APT))
 	$(PY) tools/docs_browser_check.py --site site --out build/docs-browser
 
 # pt2onnx against torch.onnx.export (full series: long; writes bench/results.md + plots).
