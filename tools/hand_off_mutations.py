@@ -54,7 +54,7 @@ def build():
     subprocess.run(["make", "python"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
 
-def run(mode, quick):
+def run(mode, quick, keyword=None):
     with tempfile.TemporaryDirectory() as d:
         xml = os.path.join(d, "junit.xml")
         env = dict(os.environ)
@@ -62,7 +62,7 @@ def run(mode, quick):
         if mode == "every":
             env["PT2ONNX_TEST_HAND_OFF"] = "every"
         t0 = time.perf_counter()
-        subset = ["tests/python", "tests/models", "-k", FAMILIES,
+        subset = ["tests/python", "tests/models", "-k", keyword or FAMILIES,
                   *(["-m", "not slow"] if quick else [])]
         subprocess.run([PY, "-m", "pytest", *subset, "-q", "-n", "2", "--dist", "loadgroup",
                         "-p", "no:cacheprovider", f"--junitxml={xml}"], cwd=ROOT, env=env,
@@ -93,6 +93,7 @@ def main():
                     help="skip the run without a mutation (the suite itself shows it passes)")
     ap.add_argument("--mutation", type=int, action="append",
                     help="only these mutations (0-based index; repeatable)")
+    ap.add_argument("-k", dest="keyword", help="pytest -k expression instead of the families")
     args = ap.parse_args()
     original = open(SOURCE).read()
     rows = []
@@ -106,7 +107,7 @@ def main():
                     fh.write(original.replace(old, new))
             build()
             for mode in ("every", "once per program"):
-                tests, failed, seconds = run(mode, args.quick)
+                tests, failed, seconds = run(mode, args.quick, args.keyword)
                 rows.append((name, mode, tests, len(failed),
                              len({program_of(t) for t in failed}), seconds))
                 print(f"{name} | {mode}: {tests} tests, {len(failed)} with a hand-off difference"
