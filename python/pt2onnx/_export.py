@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 import math
 import operator
 import os
+import struct
 import sys
 import threading
 import time
@@ -736,6 +738,20 @@ class _WeightSource:
     convert_floats: bool = False
     keep: list = field(default_factory=list)
 
+    def names(self) -> set[str] | None:
+        """The names of the tensors this source holds (the safetensors files'
+        headers read, not their data); None when a file cannot be read (the
+        C++ core reports it)."""
+        out = {t[0] for t in self.tensors}
+        for path in self.files:
+            try:
+                with open(path, "rb") as fh:
+                    (size,) = struct.unpack("<Q", fh.read(8))
+                    out.update(k for k in json.loads(fh.read(size)) if k != "__metadata__")
+            except (OSError, ValueError, struct.error):
+                return None
+        return out
+
 
 def safetensors_files(source: str | os.PathLike) -> list[str]:
     """List the safetensors files of a checkpoint.
@@ -819,6 +835,69 @@ def _weight_source(weights: Any, model: Any) -> _WeightSource | None:
 
 
 @contextlib.contextmanager
+def _meta_as_fake(model):
+    """Parameters and buffers on the meta device (a model built under
+    `torch.device("meta")` or accelerate's init_empty_weights) stand in as
+    fake CPU tensors while torch.export captures, as init_empty_weights()
+    makes them: meta tensors meeting CPU inputs fail inside torch ("Expected
+    all tensors to be on the same device"). The model is restored afterwards;
+    tied weights stay tied. Yields the names of the meta buffers, whose data
+    must come from weights= like the parameters'."""
+    if not isinstance(model, torch.nn.Module):
+        yield []
+        return
+    swapped, fakes, buffers, mode = [], {}, [], None
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for table, is_param in ((module._parameters, True), (module._buffers, False)):
+            for name, t in list(table.items()):
+                if t is None or not t.is_meta:
+                    continue
+                fake = fakes.get(id(t))
+                if fake is None:
+                    if mode is None:
+                        from torch._subclasses.fake_tensor import FakeTensorMode
+
+                        mode = FakeTensorMode(allow_non_fake_inputs=True)
+                    with mode:
+                        fake = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+                    if is_param:
+                        fake = torch.nn.Parameter(fake, requires_grad=t.requires_grad)
+                    fakes[id(t)] = fake
+                swapped.append((table, name, t))
+                table[name] = fake
+                if not is_param:
+                    buffers.append(f"{prefix}.{name}" if prefix else name)
+    try:
+        yield buffers
+    finally:
+        for table, name, t in reversed(swapped):
+            table[name] = t
+
+
+def _check_meta_buffers(meta_buffers, fake, source):
+    """A buffer built on the meta device has no data, and a checkpoint rarely
+    holds the buffers a model computes at init (a rotary inv_freq, registered
+    non-persistent): one error naming those weights= does not hold, and the
+    fix, before the C++ core would report a missing weight."""
+    if not meta_buffers or source is None:
+        return
+    fake = set(fake)
+    held = source.names()
+    if held is None:  # names not known before conversion
+        return
+    missing = [b for b in meta_buffers if b in fake and b not in held
+               and not any(a in held for a in source.aliases.get(b, []))]
+    if missing:
+        raise ValueError(
+            f"buffer '{missing[0]}' is on the meta device and weights= does not hold it"
+            f"{f' ({len(missing)} such buffers: ' + ', '.join(missing[:5]) + ')' if len(missing) > 1 else ''}"
+            ": it is computed when the model is built (a rotary inv_freq, say), so no checkpoint "
+            "has it. Build the model under pt2onnx.init_empty_weights() instead of the meta "
+            "device (parameters without data, buffers computed as usual), or give the buffer "
+            "its values before exporting")
+
+
+@contextlib.contextmanager
 def init_empty_weights():
     """Build models without weight data, in a `with` block.
 
@@ -826,9 +905,10 @@ def init_empty_weights():
     FakeTensor: dtype, shape and device, no storage) as it is registered, so initializing
     it costs nothing, while buffers are made as usual (the rotary inv_freq and other values
     a model computes at init keep their data). Export such a model with `weights=` naming
-    where its parameters are. (`torch.device("meta")` also builds without data, but its
-    meta parameters meet CPU inputs and buffers in the forward, which torch.export
-    refuses.)
+    where its parameters are. A model built under `torch.device("meta")` (as accelerate's
+    init_empty_weights and transformers build them) exports the same way, but its buffers
+    are on the meta device too: those a model computes at init (a rotary inv_freq), which
+    no checkpoint holds, then have no data, and export names them.
 
     The block replaces `torch.nn.Module.register_parameter` (process-wide) until it exits.
 
@@ -1138,7 +1218,9 @@ def export(
             missing, unused or mismatched tensor is an error naming it), and copies their
             bytes file-to-file into the external data, so the weights never pass through
             memory. Tied weights are written once; buffers the model computed at init
-            (rotary inv_freq) are taken from the model unless the source holds them. A
+            (rotary inv_freq) are taken from the model unless the source holds them (a
+            model built on the meta device has no buffer data: the source must hold its
+            buffers, and one it lacks is an error naming it). A
             source tensor replaces the model's own data where both exist. None (default):
             the model's own weights.
         verbose: None (default) or True: a progress line on stderr when it is a terminal
@@ -1292,6 +1374,7 @@ def export(
     in_dim_names: dict[str, dict[int, str]] = {}
     out_dim_names: dict[int, dict[int, str]] = {}
     run_model = model  # what verify=True runs in PyTorch (the TorchScript model itself)
+    meta_buffers: list[str] = []  # buffers of `model` on the meta device, as captured
     if isinstance(model, torch.export.ExportedProgram):
         if dynamic_shapes is not None:
             raise ValueError("dynamic shapes are fixed at capture; pass them to torch.export "
@@ -1325,7 +1408,7 @@ def export(
             symbolics: dict[str, Any] = {}
             with _training.module_mode(model, training), _torchscript.script_parts(model), \
                     _compat.exporting(), _autograd_symbolic.symbolic_functions(symbolics), \
-                    _compat.trace_hint(capture, model):
+                    _compat.trace_hint(capture, model), _meta_as_fake(model) as meta_buffers:
                 ep, in_dim_names, out_dim_names = _capture(
                     model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
                     strict, fix_dynamic_shapes)
@@ -1347,6 +1430,7 @@ def export(
         t2 = time.perf_counter()
     source = _weight_source(weights, model)
     fake = [v[0] for v in weight_views if v[1] == 0 and math.prod(v[3]) > 0]
+    _check_meta_buffers(meta_buffers, fake, source)
     if fake and source is None:
         raise ValueError(f"weight '{fake[0]}' is on the meta device (or fake): it has no data to "
                          f"export ({len(fake)} such weights); pass weights= (a state dict, "

@@ -365,3 +365,86 @@ def test_large_weights_stream_intact(tmp_path, dtype):
     for name, w in want.items():
         w = w.numpy() if dtype is None else w.half().numpy()
         np.testing.assert_array_equal(got[name], w, err_msg=name)
+
+
+# Models built on the meta device (`with torch.device("meta")`, as accelerate's
+# init_empty_weights and transformers build them): exported with weights= as the
+# ones built under pt2onnx.init_empty_weights(); every buffer without data must
+# come from weights= too.
+
+def _meta():
+    with torch.device("meta"):
+        return Net().eval()
+
+
+def test_meta_device_model(tmp_path, reference):
+    real, want = reference
+    m = _meta()
+    assert all(t.is_meta for t in [*m.parameters(), *m.buffers()])
+    # The computed `freq` is on the meta device too: the weights give it.
+    path = _out(tmp_path)
+    r = _export(m, path, weights=dict(_checkpoint_dict(real), freq=real.freq))
+    assert _files(r) == want
+    _check_ort(path, real)
+    # The model is left as it was built: still on the meta device, still tied.
+    assert all(t.is_meta for t in [*m.parameters(), *m.buffers()])
+    assert m.head.weight is m.emb.weight
+
+
+def test_meta_device_sequential_from_safetensors(tmp_path):
+    """The issue's case: two Linears built on the meta device, their weights in
+    a safetensors file; checked in onnxruntime at another batch size."""
+    torch.manual_seed(0)
+    real = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4)).eval()
+    save_file(real.state_dict(), tmp_path / "model.safetensors")
+    with torch.device("meta"):
+        m = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4)).eval()
+    path = tmp_path / "seq.onnx"
+    pt2onnx.export(m, (torch.randn(2, 8),), str(path), weights=tmp_path / "model.safetensors",
+                   dynamic_shapes=({0: torch.export.Dim("batch")},))
+    x = torch.randn(5, 8)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        np.testing.assert_allclose(got, real(x).numpy(), atol=1e-5, rtol=1e-5)
+
+
+def test_meta_buffer_missing_from_the_weights_is_named_with_the_fix(tmp_path):
+    # A checkpoint as save_pretrained writes it: the computed `freq` is not in it.
+    save_file(_checkpoint_dict(_real()), tmp_path / "model.safetensors")
+    msg = _fails(tmp_path, tmp_path / "model.safetensors",
+                 "buffer 'freq' is on the meta device and weights= does not hold it",
+                 "pt2onnx.init_empty_weights()", model=_meta())
+    assert "Expected all tensors" not in msg and "\n" not in msg
+    # Without weights= at all: the first weight without data is named, as for fake ones.
+    with pytest.raises(ValueError, match="has no data to export .* pass weights="):
+        _export(_meta(), tmp_path / "none.onnx")
+
+
+def test_meta_device_llama_rotary_buffer_is_named(tmp_path):
+    """transformers' LLaMA built on the meta device: its rotary inv_freq is
+    computed at init and no checkpoint holds it; the error names it and the
+    fix. Built under pt2onnx.init_empty_weights() instead, the same
+    checkpoint exports."""
+    from pt2onnx import hf
+
+    hf.prepare()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).eval().save_pretrained(str(tmp_path / "ckpt"))
+    ids = torch.randint(0, 64, (1, 6))
+    with torch.device("meta"):
+        meta = LlamaForCausalLM(cfg).eval()
+    path = tmp_path / "out" / "model.onnx"
+    path.parent.mkdir()
+    with pytest.raises(ValueError) as e:
+        pt2onnx.export(meta, (ids,), str(path), weights=tmp_path / "ckpt")
+    assert "rotary_emb.inv_freq' is on the meta device" in str(e.value), str(e.value)
+    assert os.listdir(path.parent) == []
+    with pt2onnx.init_empty_weights():
+        empty = LlamaForCausalLM(cfg).eval()
+    pt2onnx.export(empty, (ids,), str(path), weights=tmp_path / "ckpt")
+    assert path.exists()
