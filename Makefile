@@ -176,11 +176,11 @@ docs-serve: docs-stub $(DOCS_STAMP)
 DOCS_BROWSER_APT := chromium-headless-shell fonts-dejavu-core
 docs-browser-check: docs
 	$(call apt_install,$(DOCS_BROWSER_APT))
+	$(PY) tools/docs_browser_check.py --site site --out build/docs-browser
 # The Debian packages only the later targets need (the sanitizer and fuzz build's clang, the docs
 # check's Chromium), in one apt call: .ci/run installs them in the background from the start.
 apt-deps-later: apt-deps
 	$(call apt_install,$(FUZZ_APT) $(DOCS_BROWSER_APT))
-	$(PY) tools/docs_browser_check.py --site site --out build/docs-browser
 
 # pt2onnx against torch.onnx.export (full series: long; writes bench/results.md + plots).
 bench-deps: deps
