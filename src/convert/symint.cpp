@@ -63,6 +63,16 @@ void truediv(Ctx& c) {
   std::string q = c.b.op("Div", {c.operand("a", DType::Double), c.operand("b", DType::Double)});
   c.set_output(0, c.reshape(q, c.b.const_i64({1})));
 }
+// `**` and `<<` on SymInts (torch's serializer lists operator.pow and
+// operator.lshift among the functions a graph's sizes use): int64 Pow for
+// SymInts, double for a SymFloat operand; ONNX's BitShift takes unsigned types
+// only, so a << b is a * 2**b.
+void sym_pow(Ctx& c) { binop(c, "Pow"); }
+void lshift(Ctx& c) {
+  if (c.emit_known_symint()) return;
+  std::string p = c.b.op("Pow", {c.b.const_i64({2}), symint_arg(c, "b")});
+  c.set_output(0, c.b.op("Mul", {symint_arg(c, "a"), p}));
+}
 void sym_max(Ctx& c) { binop(c, "Max"); }
 void sym_min(Ctx& c) { binop(c, "Min"); }
 void neg(Ctx& c) {
@@ -114,6 +124,8 @@ void register_symint(Registry& r) {
   r.add("_operator.truediv", truediv);
   r.add("_operator.mod", mod);
   r.add("_operator.neg", neg);
+  r.add("_operator.pow", sym_pow);
+  r.add("_operator.lshift", lshift);
   r.add("torch.sym_max", sym_max);
   r.add("torch.sym_ite", sym_ite);
   r.add("torch.sym_min", sym_min);
