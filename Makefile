@@ -126,24 +126,31 @@ test-sanitize: sanitize-configure
 	done; exit $$rc
 
 # libFuzzer, seeded with the hostile corpus (valid.pt2 included, so inputs
-# reach conversion); bounded. The targets share FUZZ_SECONDS, a third each:
-# fuzz_archive (archive + schema readers), fuzz_pipeline (read, convert,
-# write a file) and fuzz_model_reader (the ONNX reader, seeded with
-# tests/data/onnx/*.onnx). -max_len 256 KiB: the deep-pickle reproducer (207 KB) fits whole.
+# reach conversion); bounded. The three targets run at once: fuzz_archive
+# (archive + schema readers), fuzz_pipeline (read, convert, write a file) and
+# fuzz_model_reader (the ONNX reader, seeded with tests/data/onnx/*.onnx).
+# FUZZ_SECONDS is the CPU time they share, a third each: with JOBS cores each
+# runs FUZZ_SECONDS/JOBS of wall time (at least a third of FUZZ_SECONDS), the
+# same fuzzing as one after the other in less wall time. -max_len 256 KiB: the
+# deep-pickle reproducer (207 KB) fits whole.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := fuzz_archive fuzz_pipeline fuzz_model_reader
 fuzz: sanitize-configure
 	cmake --build $(SAN_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
-	@each=$$(( $(FUZZ_SECONDS) / 3 > 0 ? $(FUZZ_SECONDS) / 3 : 1 )); rc=0; \
+	@n=$(words $(FUZZ_TARGETS)); each=$$(( $(FUZZ_SECONDS) / $(JOBS) )); \
+	[ $$each -lt $$(( $(FUZZ_SECONDS) / n )) ] && each=$$(( $(FUZZ_SECONDS) / n )); \
+	[ $$each -gt 0 ] || each=1; pids=""; \
 	for t in $(FUZZ_TARGETS); do \
 	  seeds=tests/data/hostile/*.pt2; [ $$t = fuzz_model_reader ] && seeds=tests/data/onnx/*.onnx; \
 	  mkdir -p $(SAN_BUILD)/corpus_$$t && cp $$seeds $(SAN_BUILD)/corpus_$$t/; \
-	  echo "== $$t, $$each s"; r=0; \
+	  echo "== $$t, $$each s (of wall time, $$n targets at once on $(JOBS) cores)"; \
 	  $(SAN_BUILD)/$$t $(SAN_BUILD)/corpus_$$t -max_total_time=$$each \
 	    -max_len=262144 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(SAN_BUILD)/$$t- \
-	    > $(SAN_BUILD)/$$t.log 2>&1 || r=$$?; \
-	  grep -E "^(Done|stat::|==.*ERROR|SUMMARY)" $(SAN_BUILD)/$$t.log; \
-	  if [ $$r -ne 0 ]; then tail -n 60 $(SAN_BUILD)/$$t.log; rc=$$r; fi; \
+	    > $(SAN_BUILD)/$$t.log 2>&1 & pids="$$pids $$!"; \
+	done; rc=0; set -- $(FUZZ_TARGETS); for p in $$pids; do \
+	  r=0; wait $$p || r=$$?; echo "== $$1"; \
+	  grep -E "^(Done|stat::|==.*ERROR|SUMMARY)" $(SAN_BUILD)/$$1.log; \
+	  if [ $$r -ne 0 ]; then tail -n 60 $(SAN_BUILD)/$$1.log; rc=$$r; fi; shift; \
 	done; exit $$rc
 
 FORMAT_FILES = $(shell git ls-files '*.cpp' '*.h')

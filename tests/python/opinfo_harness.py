@@ -81,6 +81,60 @@ def _cheap_test_fn_lookup():
     cu.extract_test_fn = core.extract_test_fn = extract_test_fn
 
 
+def decompose(ep):
+    """ep.run_decompositions(), as a user calls it, with torch's collection of the
+    CompositeImplicitAutograd ops it may preserve answered from a cache.
+
+    torch collects that set twice per call (exported_program.py and decomp_utils.py) and
+    caches only aten's part: every other namespace (~26) materializes the C++ dispatcher's CIA
+    list again, 115 ms of a ~330 ms call on a small program (cProfile, torch 2.13.0), the same
+    for every program; 1,863 OpInfo samples are decomposed per run. The set changes only when an
+    op is registered, so the cache is keyed on the op namespaces and the C++ dispatcher's CIA
+    registrations (0.3 ms to list); PT2ONNX_TEST_CIA_CACHE=check recomputes it every call and
+    fails on any difference. Where torch no longer has these names, plain run_decompositions."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with _cia_ops_cached():
+            return ep.run_decompositions()
+
+
+_CIA_CACHE: dict = {}
+
+
+def _cia_ops_cached():
+    import contextlib
+
+    import torch._export.utils as eu
+    import torch.export.decomp_utils as du
+    import torch.export.exported_program as xp
+
+    original = getattr(eu, "_collect_all_valid_cia_ops", None)
+    if original is None or not all(getattr(m, "_collect_all_valid_cia_ops", None) is original
+                                   for m in (du, xp)):
+        return contextlib.nullcontext()
+    check = os.environ.get("PT2ONNX_TEST_CIA_CACHE") == "check"
+
+    def cached():
+        key = (tuple(torch.ops._dir), tuple(sorted(
+            torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd"))))
+        ops = _CIA_CACHE.get(key)
+        if ops is None or check:
+            fresh = frozenset(original())
+            assert ops is None or ops == fresh, ("cached CIA ops differ", ops ^ fresh)
+            ops = _CIA_CACHE[key] = fresh
+        return set(ops)
+
+    @contextlib.contextmanager
+    def patched():
+        du._collect_all_valid_cia_ops = xp._collect_all_valid_cia_ops = cached
+        try:
+            yield
+        finally:
+            du._collect_all_valid_cia_ops = xp._collect_all_valid_cia_ops = original
+
+    return patched()
+
+
 def op_id(op) -> str:
     return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
 
@@ -317,9 +371,7 @@ def export_pt2onnx(ep, opset, decomposed):
     import pt2onnx
 
     if decomposed:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ep = ep.run_decompositions()
+        ep = decompose(ep)
     return ep, pt2onnx.export(ep, (), None, opset=opset).model_bytes
 
 
@@ -466,9 +518,7 @@ def run_sample(op, sample, dtype, opset, *, exporter="pt2onnx", decomposed=False
     ep, tensors, expected, after, values = prepared
     if decomposed:
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                ep = ep.run_decompositions()
+            ep = decompose(ep)
         except Exception as e:  # noqa: BLE001 - torch cannot decompose it: not ours
             return SampleResult(CAPTURE, f"run_decompositions: {type(e).__name__}: {str(e)[:200]}")
     try:
