@@ -115,8 +115,9 @@ void pow_(Ctx& c) {
 
 void unary(Ctx& c, const char* op) {
   DType t = c.out_dtype();
-  // bfloat16 (no Sin/Cos/... in ONNX) is computed in float32 as torch does.
-  DType ct = t == DType::BFloat16 ? DType::Float : t;
+  // bfloat16 (no Sin/Cos/... in ONNX) is computed in float32 as torch does;
+  // float64 where onnxruntime has no kernel for it (Erf) too.
+  DType ct = t == DType::BFloat16 ? DType::Float : c.kernel_type(op, t);
   c.set_output(0, c.cast(c.b.op(op, {c.operand("self", ct)}), t));
 }
 void neg(Ctx& c) { unary(c, "Neg"); }

@@ -35,8 +35,15 @@ struct M {
   S k(double v) const { return c.b.scalar(t, v); }
   S kt(DType d, double v) const { return c.b.scalar(d, v); }
   // Same-type unary op (also those the shape inference does not know).
+  // Where onnxruntime has no kernel for the type (float64 Tan), in the one
+  // kernel_type names, cast back.
   S u(const char* op, const S& x, std::vector<Attr> attrs = {}) const {
-    return c.b.op(op, {x}, std::move(attrs), c.type(x));
+    ValueType vt = c.type(x);
+    DType k = c.kernel_type(op, vt.dtype);
+    if (k == vt.dtype) return c.b.op(op, {x}, std::move(attrs), vt);
+    DType was = vt.dtype;
+    vt.dtype = k;
+    return c.cast(c.b.op(op, {c.cast(x, k)}, std::move(attrs), vt), was);
   }
   S bin(const char* op, const S& a, const S& b) const { return c.b.op(op, {a, b}); }
   S add(const S& a, const S& b) const { return bin("Add", a, b); }
