@@ -69,6 +69,7 @@ def _serialized(ep, fast, keep_tree):
             stack.enter_context(_patched(serde.GraphModuleSerializer, "serialize_argument_spec",
                                          _sym_bool_spec(serde)))
             stack.enter_context(_graph_lists(serde))
+            stack.enter_context(_sym_functions(serde))
             if fast:
                 stack.enter_context(_fast_serializer(serde, ep.graph_module))
             if keep_tree is not None:
@@ -94,6 +95,33 @@ def _sym_bool_spec(serde):
         return torch_spec(self, x)
 
     return spec
+
+
+@contextlib.contextmanager
+def _sym_functions(serde):
+    """torch's serializer writes a call on SymInts / SymFloats / SymBools only
+    for the functions in its _SYM_OPS; the others torch places in graphs on
+    symbolic values (math.ceil / floor, round, abs, xor, torch._sym_sqrt and
+    the other math functions: torch.fx.experimental.sym_node's
+    METHOD_TO_OPERATOR, the table torch's own tracing records them from) fail
+    with an assertion. They are written the same way for the duration, as
+    target `<module>.<name>` with their parameter names; the C++ core converts
+    them (src/convert/symint.cpp)."""
+    table = getattr(serde, "_SYM_OPS", None)
+    try:
+        from torch.fx.experimental.sym_node import METHOD_TO_OPERATOR
+    except ImportError:
+        METHOD_TO_OPERATOR = {}
+    extra = {f for f in [*METHOD_TO_OPERATOR.values(), torch.sym_int]
+             if getattr(f, "__name__", "<lambda>") != "<lambda>"} - set(table or ())
+    if not isinstance(table, set) or not extra:
+        yield
+        return
+    table |= extra
+    try:
+        yield
+    finally:
+        table -= extra
 
 
 def _graph_lists(serde):
@@ -142,7 +170,7 @@ def graph_program_tree(gm: torch.fx.GraphModule, signature, module_call_graph,
     from torch._export.serde import schema
     from torch._export.serde import serialize as serde
 
-    with _fast_serializer(serde, gm), _graph_lists(serde):
+    with _fast_serializer(serde, gm), _graph_lists(serde), _sym_functions(serde):
         graph_module = serde.GraphModuleSerializer(signature, module_call_graph).serialize(gm)
     return schema.ExportedProgram(
         graph_module=graph_module,

@@ -500,6 +500,11 @@ class _OrtGraph:
         self._build(args)
 
     def __call__(self, *args):
+        if not self.output_vals:
+            # Nothing to compute (dynamo broke the graph right at its start: only
+            # sizes come in): no file, no session (onnxruntime refuses a graph
+            # without outputs).
+            return []
         with self.lock:
             self._ensure(args)
             runner = self.runner

@@ -54,8 +54,27 @@ void trunc(Ctx& c) {
 void add(Ctx& c) { binop(c, "Add"); }
 void sub(Ctx& c) { binop(c, "Sub"); }
 void mul(Ctx& c) { binop(c, "Mul"); }
-// Sizes are non-negative, where integer Div (truncating) equals floor division.
-void floordiv(Ctx& c) { binop(c, "Div"); }
+// Python's a // b on int64 values: integer Div truncates toward zero, which is
+// one more than the floor where the remainder is non-zero and of the other
+// sign than b. Sizes never are, but SymInts can be negative ((n - 10) // 3).
+std::string floor_div_i64(Ctx& c, const std::string& a, const std::string& b) {
+  std::string q = c.b.op("Div", {a, b});
+  std::string r = c.b.op("Sub", {a, c.b.op("Mul", {q, b})});
+  std::string zero = c.b.const_i64({0});
+  std::string off =
+      c.b.op("And", {c.b.op("Not", {c.b.op("Equal", {r, zero})}),
+                     c.b.op("Xor", {c.b.op("Less", {r, zero}), c.b.op("Less", {b, zero})})});
+  return c.b.op("Sub", {q, c.cast(off, DType::Int64)});
+}
+void floordiv(Ctx& c) {
+  if (c.emit_known_symint()) return;
+  if (is_sym_float(c, "a") || is_sym_float(c, "b")) {  // a SymFloat: floor(a / b), a float
+    std::string q = c.b.op("Div", {c.operand("a", DType::Double), c.operand("b", DType::Double)});
+    c.set_output(0, c.reshape(c.b.op("Floor", {q}), c.b.const_i64({1})));
+    return;
+  }
+  c.set_output(0, floor_div_i64(c, symint_arg(c, "a"), symint_arg(c, "b")));
+}
 void mod(Ctx& c) { binop(c, "Mod"); }
 // Python's `/` on SymInts / SymFloats (h / patch_size): a SymFloat, a 1-D
 // one-element double tensor here, as item() makes them.
@@ -103,14 +122,92 @@ void ne(Ctx& c) {
   c.set_output(0, c.b.op("Not", {c.b.op("Equal", {symint_arg(c, "a"), symint_arg(c, "b")})}));
 }
 
-// `|`, `&` and `not` on SymBools (torch.export's deferred runtime asserts
-// combine conditions so), as Bool tensors.
-void logical(Ctx& c, const char* op) {
-  c.set_output(0, c.b.op(op, {c.operand("a", DType::Bool), c.operand("b", DType::Bool)}));
+bool is_sym_int(Ctx& c, const char* name) {
+  const schema::Argument* a = c.arg(name);
+  return a && (a->kind == schema::ArgKind::SymInt || a->kind == schema::ArgKind::Int);
 }
-void or_(Ctx& c) { logical(c, "Or"); }
-void and_(Ctx& c) { logical(c, "And"); }
-void not_(Ctx& c) { c.set_output(0, c.b.op("Not", {c.operand("a", DType::Bool)})); }
+
+// `|`, `&`, `^` and `not` on SymBools (torch.export's deferred runtime
+// asserts combine conditions so), as Bool tensors of one element, 1-D as the
+// comparisons make them; `|`, `&`, `^` on SymInts
+// are bitwise, which ONNX has from opset 18.
+void logical(Ctx& c, const char* op, const char* bitwise) {
+  if (is_sym_int(c, "a") || is_sym_int(c, "b")) {
+    if (c.emit_known_symint()) return;
+    if (c.opset() < 18)
+      c.fail(std::string("a bitwise ") + bitwise + " of SymInts needs opset 18 (ONNX's " + bitwise +
+             ")");
+    c.set_output(0, c.b.op(bitwise, {symint_arg(c, "a"), symint_arg(c, "b")}));
+    return;
+  }
+  std::string v = c.b.op(op, {c.operand("a", DType::Bool), c.operand("b", DType::Bool)});
+  c.set_output(0, c.reshape(v, c.b.const_i64({1})));
+}
+void or_(Ctx& c) { logical(c, "Or", "BitwiseOr"); }
+void and_(Ctx& c) { logical(c, "And", "BitwiseAnd"); }
+void xor_(Ctx& c) { logical(c, "Xor", "BitwiseXor"); }
+void not_(Ctx& c) {
+  c.set_output(0, c.reshape(c.b.op("Not", {c.operand("a", DType::Bool)}), c.b.const_i64({1})));
+}
+
+// a >> b: a // 2**b (ONNX's BitShift takes unsigned types only).
+void rshift(Ctx& c) {
+  if (c.emit_known_symint()) return;
+  std::string p = c.b.op("Pow", {c.b.const_i64({2}), symint_arg(c, "b")});
+  c.set_output(0, floor_div_i64(c, symint_arg(c, "a"), p));
+}
+void pos(Ctx& c) {
+  if (c.emit_known_symint()) return;
+  c.set_output(0, c.reshape(c.operand("a", is_sym_float(c, "a") ? DType::Double : DType::Int64),
+                            c.b.const_i64({1})));
+}
+void abs_(Ctx& c) {
+  if (c.emit_known_symint()) return;
+  DType t = is_sym_float(c, "a") ? DType::Double : DType::Int64;
+  c.set_output(0, c.reshape(c.b.op("Abs", {c.operand("a", t)}), c.b.const_i64({1})));
+}
+
+// math.ceil / math.floor / round(x) of a SymFloat: a SymInt. round(x, n): a
+// SymFloat. ONNX's Round rounds halves to even, as Python's round does.
+void rounded(Ctx& c, const char* arg, const char* op) {
+  if (c.emit_known_symint()) return;
+  std::string v = c.b.op(op, {c.operand(arg, DType::Double)});
+  c.set_output(0, c.reshape(c.cast(v, DType::Int64), c.b.const_i64({1})));
+}
+void ceil_(Ctx& c) { rounded(c, "x", "Ceil"); }
+void floor_(Ctx& c) { rounded(c, "x", "Floor"); }
+void round_(Ctx& c) {
+  if (!c.has("ndigits")) return rounded(c, "number", "Round");
+  if (c.emit_known_symint()) return;
+  std::string scale =
+      c.b.op("Pow", {c.b.scalar(DType::Double, 10.0), c.operand("ndigits", DType::Double)});
+  std::string x = c.b.op("Mul", {c.operand("number", DType::Double), scale});
+  std::string r = c.b.op("Div", {c.b.op("Round", {x}), scale});
+  c.set_output(0, c.reshape(r, c.b.const_i64({1})));
+}
+// torch.sym_int(x): a SymFloat truncated toward zero, as int() does.
+void sym_int(Ctx& c) {
+  if (c.emit_known_symint()) return;
+  c.set_output(0,
+               c.reshape(c.cast(c.operand("a", DType::Double), DType::Int64), c.b.const_i64({1})));
+}
+
+// torch._sym_sqrt, _sym_cos, ... (math.sqrt(h), math.cos(h) on sizes): a
+// SymFloat, computed in double where onnxruntime has the op for it (else in
+// the type kernel_type names).
+void sym_math(Ctx& c, const char* op) {
+  if (c.emit_known_symint()) return;
+  DType t = c.kernel_type(op, DType::Double);
+  std::string v = c.cast(c.b.op(op, {c.operand("a", t)}), DType::Double);
+  c.set_output(0, c.reshape(v, c.b.const_i64({1})));
+}
+void sym_log2(Ctx& c) {
+  if (c.emit_known_symint()) return;
+  std::string v = c.b.op("Log", {c.operand("a", DType::Double)});
+  v = c.b.op("Div", {v, c.b.scalar(DType::Double, 0.69314718055994530942)});
+  c.set_output(0, c.reshape(v, c.b.const_i64({1})));
+}
+void sym_not(Ctx& c) { not_(c); }
 
 }  // namespace
 
@@ -139,7 +236,31 @@ void register_symint(Registry& r) {
   r.add("_operator.ne", ne);
   r.add("_operator.or_", or_);
   r.add("_operator.and_", and_);
+  r.add("_operator.xor", xor_);
   r.add("_operator.not_", not_);
+  r.add("torch.sym_not", sym_not);
+  r.add("_operator.rshift", rshift);
+  r.add("_operator.pos", pos);
+  r.add("_operator.abs", abs_);
+  r.add("math.ceil", ceil_);
+  r.add("math.floor", floor_);
+  r.add("builtins.round", round_);
+  r.add("torch.sym_int", sym_int);
+  // math.<f>(size): torch._sym_<f> (torch.fx.experimental.sym_node's math_op_names).
+  static const std::pair<const char*, void (*)(Ctx&)> math_ops[] = {
+      {"torch._sym_sqrt", [](Ctx& c) { sym_math(c, "Sqrt"); }},
+      {"torch._sym_cos", [](Ctx& c) { sym_math(c, "Cos"); }},
+      {"torch._sym_cosh", [](Ctx& c) { sym_math(c, "Cosh"); }},
+      {"torch._sym_sin", [](Ctx& c) { sym_math(c, "Sin"); }},
+      {"torch._sym_sinh", [](Ctx& c) { sym_math(c, "Sinh"); }},
+      {"torch._sym_tan", [](Ctx& c) { sym_math(c, "Tan"); }},
+      {"torch._sym_tanh", [](Ctx& c) { sym_math(c, "Tanh"); }},
+      {"torch._sym_asin", [](Ctx& c) { sym_math(c, "Asin"); }},
+      {"torch._sym_acos", [](Ctx& c) { sym_math(c, "Acos"); }},
+      {"torch._sym_atan", [](Ctx& c) { sym_math(c, "Atan"); }},
+      {"torch._sym_log2", sym_log2},
+  };
+  for (auto& [target, fn] : math_ops) r.add(target, fn);
 }
 
 }  // namespace pt2onnx
