@@ -85,6 +85,7 @@ const Registry& registry() {
     register_signal(x);
     register_sort(x);
     register_storage(x);
+    register_prims(x);
     register_subclass(x);
     register_symint(x);
     register_torchvision_ops(x);

@@ -70,6 +70,7 @@ void register_pad(Registry& r);
 void register_pool(Registry& r);
 void register_quantize(Registry& r);
 void register_random(Registry& r);
+void register_prims(Registry& r);
 void register_subclass(Registry& r);
 void register_reduce(Registry& r);
 void register_resize(Registry& r);
