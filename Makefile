@@ -21,7 +21,7 @@ APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time c
 # Inside the environment: removing .venv re-installs everything.
 STAMP := $(VENV)/.deps-stamp
 
-.PHONY: all apt-deps apt-deps-later deps deps-clang build python cpp demo test test-quick test-torch test-cpp test-python \
+.PHONY: all apt-deps apt-deps-later deps deps-clang build python cpp demo test test-quick test-exhaustive test-torch test-cpp test-python \
         sanitize-configure test-sanitize fuzz bench bench-quick bench-deps bench-load bench-latency bench-pt2 bench-nodes bench-scale bench-sizes zoo coverage format format-check docs docs-stub docs-serve docs-browser-check \
         clean
 
@@ -82,13 +82,19 @@ PYTEST_JOBS ?= $(JOBS)
 PYTEST_ARGS := -q -n $(PYTEST_JOBS) --dist loadgroup
 PYTEST_DURATIONS ?= 25
 test-python: python cpp
-	$(PY) -m pytest tests/python tests/models $(PYTEST_ARGS) --durations=$(PYTEST_DURATIONS)
+	$(PY) -m pytest tests/python tests/models $(PYTEST_ARGS) --durations=$(PYTEST_DURATIONS) \
+	  -m "not exhaustive"
 
 test: test-cpp test-python
 
 # Everyday loop: skips the tests marked slow (the >2 GB export).
 test-quick: test-cpp python
-	$(PY) -m pytest tests/python tests/models $(PYTEST_ARGS) -m "not slow"
+	$(PY) -m pytest tests/python tests/models $(PYTEST_ARGS) -m "not slow and not exhaustive"
+
+# What is too long for CI: the zoo compiled with dynamic=True (about 35 minutes
+# on 2 cores; its last results are in docs/guides/compile-backend.md).
+test-exhaustive: test-cpp python
+	$(PY) -m pytest tests/python tests/models $(PYTEST_ARGS) -m exhaustive --durations=$(PYTEST_DURATIONS)
 
 # The quick suite (the tests not marked slow: OpInfo opset 18 float32, the quick zoo, the
 # detection models) under another torch release: TORCH=2.12.1 ... 2.14.1. Its environment
@@ -102,7 +108,7 @@ test-torch: cpp
 	PT2ONNX_WERROR=ON $$venv/bin/python -m pip install -q --no-build-isolation --no-deps -e . && \
 	echo "== torch $$($$venv/bin/python -c 'import torch; print(torch.__version__)') in $$venv" && \
 	PATH=$$venv/bin:$$PATH $$venv/bin/python -m pytest tests/python tests/models $(PYTEST_ARGS) \
-	  -m "not slow"
+	  -m "not slow and not exhaustive"
 
 # The C++ tests (hostile-archive corpus included) under ASan + UBSan, and libFuzzer: one clang
 # build, build/sanitize, whose objects carry both instrumentations (-fsanitize=fuzzer-no-link,
