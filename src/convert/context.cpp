@@ -345,7 +345,7 @@ DType Ctx::kernel_type(std::string_view op, DType t) const {
   if (op == "MaxPool" && is_integral(t) && t != DType::Int8 && t != DType::UInt8)
     return DType::Double;
   // onnxruntime's CPU provider has only float kernels for these (measured,
-  // onnxruntime 1.23): float64 values are computed in float32.
+  // onnxruntime 1.32): float64 values are computed in float32.
   static const std::set<std::string_view> no_f64 = {"Tan",  "Asin",  "Acos",  "Atan",  "Sinh",
                                                     "Cosh", "Asinh", "Acosh", "Atanh", "Erf"};
   if (t == DType::Double && no_f64.count(op)) return DType::Float;
