@@ -190,6 +190,36 @@ Windows windows(int64_t in, int64_t out) {
   return w;
 }
 
+// Spatial sizes known only at run time (torch.compile(dynamic=True) of an
+// image model): per dim, window o is [floor(o * in / out), ceil((o + 1) * in /
+// out)), each averaged with a Slice and a ReduceMean and the results
+// concatenated; box averages are separable, so one dim after the other. out
+// Slices per dim, computed in float32 for 16-bit floats.
+std::string adaptive_avg_pool_dynamic(Ctx& c, const std::string& x,
+                                      const std::vector<int64_t>& out) {
+  DType t = c.dtype(x);
+  DType ct = (t == DType::Float16 || t == DType::BFloat16) ? DType::Float : t;
+  std::string y = c.cast(x, ct);
+  int64_t r = static_cast<int64_t>(c.rank(x)), n = static_cast<int64_t>(out.size());
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t axis = r - n + k;
+    std::string in = c.dim_value(y, axis);
+    std::string o = c.b.const_i64({out[static_cast<size_t>(k)]});
+    std::vector<std::string> parts;
+    for (int64_t i = 0; i < out[static_cast<size_t>(k)]; ++i) {
+      std::string start = c.b.op("Div", {c.b.op("Mul", {c.b.const_i64({i}), in}), o});
+      std::string end =
+          c.b.op("Div", {c.b.op("Add", {c.b.op("Mul", {c.b.const_i64({i + 1}), in}),
+                                        c.b.const_i64({out[static_cast<size_t>(k)] - 1})}),
+                         o});
+      std::string win = c.b.op("Slice", {y, start, end, c.b.const_i64({axis})});
+      parts.push_back(c.reduce("ReduceMean", win, {axis}, true));
+    }
+    y = parts.size() == 1 ? parts[0] : c.b.op("Concat", parts, {Attr::Int("axis", axis)});
+  }
+  return c.cast(y, t);
+}
+
 void adaptive_avg_pool(Ctx& c) {
   std::string x = c.tensor("self");
   auto out = c.ints("output_size", {});
@@ -200,6 +230,10 @@ void adaptive_avg_pool(Ctx& c) {
     c.set_output(0, pool(c, "GlobalAveragePool", x, n, {}));
     return;
   }
+  const Shape& xs = *c.type(x).shape;
+  bool dynamic = false;
+  for (size_t k = xs.size() - n; k < xs.size(); ++k) dynamic |= !xs[k].is_static();
+  if (dynamic) return c.set_output(0, adaptive_avg_pool_dynamic(c, x, out));
   auto in = spatial(c, x, n, "adaptive_avg_pool");
   bool divisible = true;
   for (size_t k = 0; k < n; ++k) divisible &= in[k] % out[k] == 0;

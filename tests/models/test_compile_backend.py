@@ -58,12 +58,7 @@ def test_zoo_model_compiled(name):
 # run in `make test` and `make test-quick`, the others are `exhaustive`
 # (`make test-exhaustive`, not in CI; docs/guides/compile-backend.md has the
 # last run's results).
-DYNAMIC_XFAIL = {
-    "alexnet": "adaptive_avg_pool2d of a symbolic image size: its converter needs static "
-               "spatial input sizes",
-    "vgg11": "adaptive_avg_pool2d of a symbolic image size: its converter needs static "
-             "spatial input sizes",
-}
+DYNAMIC_XFAIL: dict[str, str] = {}
 DYNAMIC_NOT_RUN = {
     "tv_maxvit_t": "torch's own tracing (dynamo's sympy simplification in view's meta function) "
                    "had not finished after 20 minutes",

@@ -418,3 +418,24 @@ def test_narrow_int_arithmetic_opset13(dtype):
     _, got = run_ort(r.model_bytes, {"xs_0": a.numpy(), "xs_1": b.numpy()})
     expected = model(a, b)
     _assert_exact(got, expected)
+
+
+@pytest.mark.parametrize("out", [(7, 7), (3, 5), (4,)])
+def test_adaptive_avg_pool_of_a_symbolic_size(out, tmp_path):
+    """Spatial sizes known only at run time (an image model exported or
+    compiled with the image size dynamic): each window averaged on its own,
+    checked at sizes that divide the output size and sizes that do not."""
+    import onnxruntime as ort
+
+    pool = (torch.nn.AdaptiveAvgPool2d(out) if len(out) == 2
+            else torch.nn.AdaptiveAvgPool1d(out[0]))
+    shape = (2, 3, 13, 11) if len(out) == 2 else (2, 3, 13)
+    spec = {d: torch.export.Dim.DYNAMIC for d in range(2, len(shape))}
+    ep = torch.export.export(pool, (torch.randn(*shape),), dynamic_shapes=(spec,))
+    path = str(tmp_path / "p.onnx")
+    pt2onnx.export(ep, (), path)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for size in (7, 14, 23):
+        x = torch.randn(*shape[:2], *([size] * (len(shape) - 2)))
+        (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+        np.testing.assert_allclose(got, pool(x).numpy(), rtol=1e-5, atol=1e-6)
