@@ -550,11 +550,13 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
     ds, in_dim_names, out_dim_names = _dynamic_shapes(
         model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names
     )
+    # Widened by the dims the user asked for (a Dim.AUTO of theirs is not widened; one made
+    # below from their Dim.DYNAMIC is).
+    args, kwargs = _widened_examples(model, args, kwargs, ds)
     if fix_dynamic_shapes:
         # torch.export derives the constraints it would refuse the given dims for
         # (a dim that must be a multiple of 20) itself; the warning below says which.
         ds = _as_auto(ds)
-    args, kwargs = _widened_examples(model, args, kwargs, ds)
     sds, sargs, skwargs, float_paths = _scalar_inputs(model, args, kwargs, ds)
     out = _capture_with(model, args, kwargs, ds, sds, sargs, skwargs, float_paths,
                         in_dim_names, out_dim_names, strict)
@@ -568,15 +570,23 @@ def _widened_examples(model, args, kwargs, ds):
     """Example inputs whose dims asked to be dynamic have size 0 or 1 (torch.onnx
     scripts export with batch 1 and dynamic_axes) grown to size 2 along those
     dims, for capture only: torch.export specializes a dim of example size 0 or
-    1 and then refuses the dynamic request. (torch's backed_size_oblivious
-    avoids the refusal but lets sizes computed from such a dim bake in the
-    example's 1: a ViT then reshapes to [197, 3072] at every batch.) Returns
-    (args, kwargs), the same objects when nothing grows."""
+    1 and then refuses the dynamic request. Not a Dim.AUTO dim: torch
+    specializes those as it documents, and a single-channel image must keep
+    its 1. (torch's backed_size_oblivious avoids the refusal but lets sizes
+    computed from such a dim bake in the example's 1: a ViT then reshapes to
+    [197, 3072] at every batch.) Returns (args, kwargs), the same objects when
+    nothing grows."""
+    def widens(d):
+        # Dim.AUTO asks torch to specialize what cannot be dynamic, a size-1 dim included
+        # (a single-channel image): grown, its 1 would become a 2 the model refuses.
+        return d is not None and d is not torch.export.Dim.AUTO
+
     def grow(value, spec):
         if isinstance(value, torch.Tensor):
-            axes = [a for a in (spec if isinstance(spec, Mapping) else {}) if isinstance(a, int)]
+            axes = [a for a, d in (spec.items() if isinstance(spec, Mapping) else ())
+                    if isinstance(a, int) and widens(d)]
             if isinstance(spec, (list, tuple)):
-                axes = [i for i, d in enumerate(spec) if d is not None]
+                axes = [i for i, d in enumerate(spec) if widens(d)]
             for a in axes:
                 if 0 <= a < value.dim() and value.shape[a] <= 1:
                     shape = list(value.shape)

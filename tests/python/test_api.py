@@ -59,6 +59,29 @@ def test_dynamic_shapes_forms(tmp_onnx, spec):
         assert_matches(m, tmp_onnx, {"x": torch.randn(b, 32)})
 
 
+def test_every_dim_auto_specializes_a_single_channel_as_torch_does(tmp_onnx):
+    """Dim.AUTO on every dim of a grayscale image: torch.export keeps batch
+    and the spatial dims symbolic and specializes the channel (size 1, which
+    the weights fix). pt2onnx grows size-1 dims asked to be dynamic to 2 for
+    capture (torch.onnx scripts export with batch 1), but not Dim.AUTO ones:
+    grown, the channel became a 2 the convolution refused."""
+    m = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU()).eval()
+    D = torch.export.Dim
+    pt2onnx.export(m, (torch.randn(2, 1, 6, 7),), tmp_onnx,
+                   dynamic_shapes=({i: D.AUTO for i in range(4)},))
+    shape = dims(onnx.load(tmp_onnx).graph.input[0])
+    assert shape[1] == 1 and all(isinstance(d, str) for d in (shape[0], shape[2], shape[3]))
+    assert_matches(m, tmp_onnx, {"input": torch.randn(3, 1, 9, 5)})
+    # A batch of 1 the user asked to be dynamic is still grown with
+    # fix_dynamic_shapes=True (which hands torch Dim.AUTO for it).
+    mlp = MLP().eval()
+    with pytest.warns(UserWarning, match="fix_dynamic_shapes=True"):
+        pt2onnx.export(mlp, (torch.randn(1, 32),), tmp_onnx, dynamic_shapes={"x": {0: "batch"}},
+                       fix_dynamic_shapes=True)
+    assert dims(onnx.load(tmp_onnx).graph.input[0]) == ["batch", 32]
+    assert_matches(mlp, tmp_onnx, {"x": torch.randn(5, 32)})
+
+
 def test_derived_dim_named_from_its_root(tmp_onnx):
     class Halve(nn.Module):
         def forward(self, x):
