@@ -46,7 +46,11 @@ apt-deps:
 	$(call apt_install,$(APT_PACKAGES))
 $(STAMP): requirements-dev.txt Makefile tools/venv_hook/_pt2onnx_torchvision_hook.py | apt-deps
 	@[ -x $(PY) ] || { echo "creating the project environment $(VENV)"; $(PYTHON) -m venv $(VENV); }
-	$(PY) -m pip install -q -r requirements-dev.txt
+	@# Byte code compiled after the install on every core: pip compiles one file at a time (the
+	@# first install measured 62 s with pip's compile, 20 s + 19 s this way, on 2 cores). Files
+	@# that do not compile (Python 2 examples some packages ship) are skipped, as pip skips them.
+	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
+	$(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null || true
 	@# PyPI's torchvision is a CUDA build whose compiled ops do not load with the CPU torch: a
 	@# start-up hook in .venv only lets `import torchvision` (and transformers) succeed anyway.
 	tools/venv_hook/install.sh $(PY)
@@ -62,9 +66,12 @@ deps-clang:
 python: deps
 	PT2ONNX_WERROR=ON $(PY) -m pip install -q --no-build-isolation -e .
 
-# C++ library, CLI and GoogleTest suite.
+# C++ library, CLI and GoogleTest suite. The test sources compile at -O0 (the library they test
+# keeps Release's -O3): g++ takes half the time or less on them (test_fusion_names_property.cpp
+# 15.9 s at -O3, 6.3 s at -O0), and their 1,311 tests still run in under a second.
 cpp: deps
-	cmake -S . -B $(CPP_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPT2ONNX_TESTS=ON -DPT2ONNX_WERROR=ON >/dev/null
+	cmake -S . -B $(CPP_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPT2ONNX_TESTS=ON -DPT2ONNX_WERROR=ON \
+	  -DPT2ONNX_TEST_SOURCE_FLAGS=-O0 >/dev/null
 	cmake --build $(CPP_BUILD) -j $(JOBS)
 
 build: python cpp
@@ -91,8 +98,9 @@ test: test-cpp test-python
 test-quick: test-cpp python
 	$(PY) -m pytest tests/python tests/models $(PYTEST_ARGS) -m "not slow and not exhaustive"
 
-# What is too long for CI: the zoo compiled with dynamic=True (about 35 minutes
-# on 2 cores; its last results are in docs/guides/compile-backend.md).
+# What is too long for CI: the zoo compiled with dynamic=True (about 35 minutes on 2 cores;
+# its last results are in docs/guides/compile-backend.md) and exported with every input dim
+# Dim.AUTO (docs/models.md); their quick entries run in `make test`.
 test-exhaustive: test-cpp python
 	$(PY) -m pytest tests/python tests/models $(PYTEST_ARGS) -m exhaustive --durations=$(PYTEST_DURATIONS)
 
