@@ -49,7 +49,22 @@ def test_zoo_model(name, opset, target, tmp_path):
 # file must then serve the entry's other sizes as the export with the entry's own dynamic dims
 # does. Quick entries in `make test`; the others `exhaustive` (make test-exhaustive: the whole
 # zoo is a second capture of every model, ~5 minutes on 2 cores).
-AUTO_XFAIL: dict[str, str] = {}
+AUTO_XFAIL: dict[str, str] = {
+    "hf_dpt": "pt2onnx: upsample_bilinear2d.vec given scale factors on a spatial size torch "
+              "computed through floor() (every dim symbolic): the converter (src/convert/"
+              "resize.cpp out_sizes) asks for output_size ('a symbolic output size needs "
+              "output_size') instead of computing floor(size * scale) from the input's Shape",
+}
+# torch.export itself refuses these with every dim Dim.AUTO: its symbolic-shape solver raises
+# (sympy's solve_univariate_inequality cannot solve the pooling arithmetic's floor divisions).
+# The test checks that plain torch.export.export still refuses them, so a torch that captures
+# them shows here.
+AUTO_TORCH_REFUSES = {"alexnet": "solve_univariate_inequality",
+                      "tv_googlenet": "solve_univariate_inequality"}
+AUTO_NOT_RUN = {
+    "tv_maxvit_t": "torch.export's own tracing (non-strict, every dim symbolic) had not finished "
+                   "after 9 minutes 49 s (2026-11-28, torch 2.13.0), as dynamo's with dynamic=True",
+}
 
 
 def _auto_param(name):
@@ -58,6 +73,8 @@ def _auto_param(name):
     marks += [] if ZOO[name].quick else [pytest.mark.exhaustive]
     if name in AUTO_XFAIL:
         marks.append(pytest.mark.xfail(reason=AUTO_XFAIL[name], strict=True))
+    if name in AUTO_NOT_RUN:
+        marks.append(pytest.mark.xfail(reason=AUTO_NOT_RUN[name], run=False))
     return pytest.param(name, marks=marks)
 
 
@@ -74,6 +91,10 @@ def test_zoo_model_every_dim_auto(name, tmp_path):
     model, make, dyn = zoo_check.built(name)
     b, s = ZOO[name].export_size
     kwargs = make(b, s)
+    if name in AUTO_TORCH_REFUSES:
+        with pytest.raises(Exception, match=AUTO_TORCH_REFUSES[name]):
+            torch.export.export(model, (), kwargs, dynamic_shapes=_every_dim_auto(kwargs))
+        return
     path = str(tmp_path / f"{name}.onnx")
     pt2onnx.export(model, (), path, kwargs=kwargs, dynamic_shapes=_every_dim_auto(kwargs))
     # At least the dims the entry itself makes dynamic stayed symbolic (the
