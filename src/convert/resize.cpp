@@ -70,10 +70,20 @@ std::string out_sizes(Ctx& c, const std::string& x) {
     const Dim& d = (*ot.shape)[k];
     if (!d.is_static()) {
       const schema::Argument* a = c.arg("output_size");
-      if (!a || a->kind == schema::ArgKind::None)
-        c.fail("a symbolic output size needs output_size");
-      auto sz = c.symints("output_size");
-      return c.b.op("Concat", {parts[0], c.shape_tensor(sz)}, {Attr::Int("axis", 0)});
+      if (a && a->kind != schema::ArgKind::None) {
+        auto sz = c.symints("output_size");
+        return c.b.op("Concat", {parts[0], c.shape_tensor(sz)}, {Attr::Int("axis", 0)});
+      }
+      // Given scale factors only (align_corners keeps them for the size): torch's
+      // floor(in * scale) in double, from the input's runtime sizes.
+      size_t n = ot.shape->size() - 2;
+      std::vector<double> sf = scale_factors(c, n);
+      if (sf.size() != n) c.fail("a symbolic output size needs output_size or scale factors");
+      std::string in = c.cast(c.b.op("Shape", {x}, {Attr::Int("start", 2)}), DType::Double);
+      std::string scaled = c.b.op("Mul", {in, c.b.constant(TensorData::from_vector(
+                                                  DType::Double, {static_cast<int64_t>(n)}, sf))});
+      return c.b.op("Concat", {parts[0], c.cast(c.b.op("Floor", {scaled}), DType::Int64)},
+                    {Attr::Int("axis", 0)});
     }
     parts.push_back(c.b.const_i64({d.value}));
   }

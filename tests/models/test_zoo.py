@@ -49,12 +49,8 @@ def test_zoo_model(name, opset, target, tmp_path):
 # file must then serve the entry's other sizes as the export with the entry's own dynamic dims
 # does. Quick entries in `make test`; the others `exhaustive` (make test-exhaustive: the whole
 # zoo is a second capture of every model, ~5 minutes on 2 cores).
-AUTO_XFAIL: dict[str, str] = {
-    "hf_dpt": "pt2onnx: upsample_bilinear2d.vec given scale factors on a spatial size torch "
-              "computed through floor() (every dim symbolic): the converter (src/convert/"
-              "resize.cpp out_sizes) asks for output_size ('a symbolic output size needs "
-              "output_size') instead of computing floor(size * scale) from the input's Shape",
-}
+# Expected failures, with the reason (none at present).
+AUTO_XFAIL: dict[str, str] = {}
 # torch.export itself refuses these with every dim Dim.AUTO: its symbolic-shape solver raises
 # (sympy's solve_univariate_inequality cannot solve the pooling arithmetic's floor divisions).
 # The test checks that plain torch.export.export still refuses them, so a torch that captures

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from torch_releases import BINCOUNT_WEIGHTS_DTYPE
 import pt2onnx
-from conftest import assert_same_both_ways, run_ort
+from conftest import assert_same_both_ways, ort_session, run_ort
 
 
 class Fn(nn.Module):
@@ -425,8 +425,6 @@ def test_adaptive_avg_pool_of_a_symbolic_size(out, tmp_path):
     """Spatial sizes known only at run time (an image model exported or
     compiled with the image size dynamic): each window averaged on its own,
     checked at sizes that divide the output size and sizes that do not."""
-    import onnxruntime as ort
-
     pool = (torch.nn.AdaptiveAvgPool2d(out) if len(out) == 2
             else torch.nn.AdaptiveAvgPool1d(out[0]))
     shape = (2, 3, 13, 11) if len(out) == 2 else (2, 3, 13)
@@ -434,8 +432,37 @@ def test_adaptive_avg_pool_of_a_symbolic_size(out, tmp_path):
     ep = torch.export.export(pool, (torch.randn(*shape),), dynamic_shapes=(spec,))
     path = str(tmp_path / "p.onnx")
     pt2onnx.export(ep, (), path)
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    sess = ort_session(path)
     for size in (7, 14, 23):
         x = torch.randn(*shape[:2], *([size] * (len(shape) - 2)))
         (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
         np.testing.assert_allclose(got, pool(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode,align", [("nearest", None), ("bilinear", False),
+                                        ("bilinear", True), ("bicubic", True)])
+@pytest.mark.parametrize("after", ["input", "strided conv"])
+def test_interpolate_by_scale_factor_of_a_symbolic_size(mode, align, after, tmp_path):
+    """interpolate(scale_factor=...) where the spatial sizes are symbolic: torch
+    passes the scale factors and no output_size (align_corners=True too, which
+    keeps them only for the size), so the output size is floor(in * scale)
+    computed from the input's runtime shape; also on a size torch derived
+    through floor() (a stride-2 convolution's output, as in DPT's neck)."""
+
+    def fn(self, x):
+        if after == "strided conv":
+            x = self.params["conv"](x)
+        return F.interpolate(x, scale_factor=(2.0, 1.5), mode=mode, align_corners=align)
+
+    m = Fn(fn, {"conv": nn.Conv2d(3, 3, 3, stride=2)})
+    spec = {2: torch.export.Dim.AUTO, 3: torch.export.Dim.AUTO}
+    path = str(tmp_path / "r.onnx")
+    pt2onnx.export(m, (torch.randn(2, 3, 13, 11),), path, dynamic_shapes=((spec,),))
+    sess = ort_session(path)
+    for h, w in ((9, 17), (16, 8)):
+        x = torch.randn(2, 3, h, w)
+        (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+        with torch.no_grad():
+            want = m(x).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
