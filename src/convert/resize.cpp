@@ -214,12 +214,9 @@ void runtime_taps(Ctx& c, Mode mode, const std::string& x0, int64_t axis, const 
   std::string out;
   if (dout.is_static()) {
     out = c.b.const_i64({dout.value});
-  } else if (s) {  // torch: floor(in * scale_factor) in double
-    out =
-        c.cast(c.b.op("Floor",
-                      {c.b.op("Mul", {c.cast(in, DType::Double), c.b.scalar(DType::Double, *s)})}),
-               DType::Int64);
   } else {
+    // out_sizes: output_size where given (the .default variants pass it beside scales_*, and
+    // it is torch's size there), else torch's floor(in * scale_factor).
     out = c.b.op("Gather", {out_sizes(c, x0), c.b.const_i64({axis})}, {Attr::Int("axis", 0)});
   }
   std::string one = c.b.const_i64({1});
