@@ -61,15 +61,16 @@ ready && exit 0  # made by another call while this one waited
 echo "tools/torch_venv.sh: creating $dir ($want)" >&2
 rm -rf "$dir"
 "$python" -m venv "$dir" >&2
+# By uv with pip's configuration (tools/uv_install.sh: the CUDA packages unpack in parallel).
 if [ "$mode" = "--torch-only" ]; then
   # Only torch (+ numpy): enough to save .pt2 archives with that release.
-  "$dir/bin/python" -m pip install -q "torch==$version" numpy >&2
+  tools/uv_install.sh "$dir/bin/python" "torch==$version" numpy >&2
 else
-  # torch first, so that nothing below can pick another release; then the rest of the test
-  # dependencies with the two torch pins left out.
-  "$dir/bin/python" -m pip install -q "torch==$version" "torchvision==$tv" >&2
+  # The test dependencies with requirements-dev.txt's two torch pins replaced by this release's,
+  # resolved together: nothing can pick another torch.
   grep -v -E '^(torch|torchvision)==' requirements-dev.txt > "$dir/requirements.txt"
-  "$dir/bin/python" -m pip install -q -r "$dir/requirements.txt" "torch==$version" "torchvision==$tv" >&2
+  tools/uv_install.sh "$dir/bin/python" -r "$dir/requirements.txt" "torch==$version" \
+    "torchvision==$tv" >&2
 fi
 echo "$want" > "$stamp"
 # Older environments of this release nobody has used for 3 days.
