@@ -24,6 +24,7 @@ STAMP := $(VENV)/.deps-stamp
 # with nothing to rebuild (pip's start-up, scikit-build-core's CMake run), and `make demo`,
 # `make test`, `make docs` and `make bench-quick` each ask for it. Python modules are not
 # inputs: the editable install serves python/pt2onnx from the source tree (new modules included).
+# It does not see a new compiler or environment variables: `rm .venv/.pt2onnx-stamp` forces it.
 PY_STAMP := $(VENV)/.pt2onnx-stamp
 PY_INPUTS := CMakeLists.txt pyproject.toml $(shell find src include examples -type f 2>/dev/null)
 
