@@ -91,9 +91,13 @@ test-cpp: cpp
 
 # pytest-xdist workers (the OpInfo suite is most of the tests); --dist loadgroup keeps tests that
 # share a capture on one worker (xdist_group: test_zoo.py's configurations of a model).
-# --durations: the slowest tests in every log (CI's included).
+# --durations: the slowest tests in every log (CI's included). --max-worker-restart=0: a worker
+# that dies (a crash in native code, the OOM killer) ends the run at once with the test it was
+# running reported failed; pytest-xdist 3.8's loadgroup scheduler hangs after replacing a crashed
+# worker (pytest-dev/pytest-xdist#1323 and #1327, fixed after 3.8, the newest release), which
+# once held a CI run until its 90-minute limit.
 PYTEST_JOBS ?= $(JOBS)
-PYTEST_ARGS := -q -n $(PYTEST_JOBS) --dist loadgroup
+PYTEST_ARGS := -q -n $(PYTEST_JOBS) --dist loadgroup --max-worker-restart=0
 PYTEST_DURATIONS ?= 25
 test-python: python cpp
 	$(PY) -m pytest tests/python tests/models $(PYTEST_ARGS) --durations=$(PYTEST_DURATIONS) \
