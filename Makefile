@@ -121,12 +121,14 @@ test-exhaustive: test-cpp python
 # in the user's cache directory, keyed by its requirements (the CUDA builds are several GB: kept
 # across clones); pt2onnx is installed there editable, built in build/torch-$(TORCH) (sharing
 # .venv's build directory made each of the two reconfigure and relink it for the other: 8 s and
-# 12 s; ccache serves the objects). CI runs it for the newest release.
+# 12 s; ccache serves the objects, nanobind's too: the build takes .venv's copy, the same release).
+# CI runs it for the newest release.
 TORCH ?= 2.14.1
 test-torch: cpp
 	@venv=$$(tools/torch_venv.sh $(TORCH)) && \
 	PT2ONNX_WERROR=ON $$venv/bin/python -m pip install -q --no-build-isolation --no-deps \
-	  -C build-dir=build/torch-$(TORCH) -e . && \
+	  -C build-dir=build/torch-$(TORCH) -C cmake.define.nanobind_ROOT=$$($(PY) -m nanobind --cmake_dir) \
+	  -e . && \
 	echo "== torch $$($$venv/bin/python -c 'import torch; print(torch.__version__)') in $$venv" && \
 	PATH=$$venv/bin:$$PATH $$venv/bin/python -m pytest tests/python tests/models $(PYTEST_ARGS) \
 	  -m "not slow and not exhaustive"
