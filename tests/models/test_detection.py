@@ -419,6 +419,40 @@ def _float32_spread(m, img):
     return box, score
 
 
+@pytest.mark.parametrize("anchors,spread", [(500, 4.0), (120, 4.0), (500, 0.5), (300, 12.0)])
+def test_ssd_selection_rule_equals_the_class_loop(anchors, spread):
+    """Rule 9 (the classes at once) against torchvision's per-class loop, on
+    real tensors: the same detections, bit for bit, in the same order but
+    among equal scores (topk orders ties in no defined way: at spread 12 the
+    softmax saturates and one class holds equal scores). Spreads of the
+    logits: every class with more, fewer or none of its scores above the
+    threshold than the top k; 120 anchors: fewer than k."""
+    from torchvision.models.detection import ssdlite320_mobilenet_v3_large
+
+    from pt2onnx._capture_rules import _ssd_detections
+
+    m = ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None).eval()
+    g = torch.Generator().manual_seed(anchors + int(spread))
+    heads = {"bbox_regression": torch.randn(2, anchors, 4, generator=g),
+             "cls_logits": torch.randn(2, anchors, 91, generator=g) * spread}
+    shapes = [(320, 320), (240, 300)]
+    priors = [_boxes(anchors, g, 320.0), _boxes(anchors, g, 320.0)]
+    ref = m.postprocess_detections(heads, priors, shapes)
+    got = _ssd_detections(m, heads, priors, shapes)
+    assert sum(len(r["scores"]) for r in ref) > 0
+    def ordered(d):  # by score, then label and box: ties in one order
+        cols = [d["boxes"][:, i].numpy() for i in (3, 2, 1, 0)]
+        order = np.lexsort(cols + [d["labels"].numpy(), -d["scores"].numpy()])
+        return {k: v[torch.from_numpy(order)] for k, v in d.items()}
+
+    for r, o in zip(ref, got):
+        assert all(r[k].dtype == o[k].dtype for k in r)
+        assert torch.equal(r["scores"], o["scores"]) and torch.equal(r["labels"], o["labels"])
+        r, o = ordered(r), ordered(o)
+        for k in ("boxes", "scores", "labels"):
+            assert torch.equal(r[k], o[k]), k
+
+
 def _compare(s, m, img, expect_empty, spread=None):
     # spread: PyTorch's own float32 vs float64 difference on this image
     # (_float32_spread); the ONNX result may differ from PyTorch's float32 one
