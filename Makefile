@@ -171,7 +171,7 @@ fuzz: sanitize-configure
 	[ $$each -lt $$(( $(FUZZ_SECONDS) / n )) ] && each=$$(( $(FUZZ_SECONDS) / n )); \
 	[ $$each -gt 0 ] || each=1; pids=""; \
 	for t in $(FUZZ_TARGETS); do \
-	  seeds=tests/data/hostile/*.pt2; [ $$t = fuzz_model_reader ] && seeds=tests/data/onnx/*.onnx; \
+	  seeds="tests/data/hostile/*.pt2 tests/data/fuzz/*.pt2"; [ $$t = fuzz_model_reader ] && seeds=tests/data/onnx/*.onnx; \
 	  mkdir -p $(SAN_BUILD)/corpus_$$t && cp $$seeds $(SAN_BUILD)/corpus_$$t/; \
 	  echo "== $$t, $$each s (of wall time, $$n targets at once on $(JOBS) cores)"; \
 	  $(SAN_BUILD)/$$t $(SAN_BUILD)/corpus_$$t -max_total_time=$$each \

@@ -28,7 +28,7 @@ namespace {
 
 std::string const_f32(Ctx& c, const std::vector<float>& v) {
   std::vector<uint8_t> bytes(v.size() * sizeof(float));
-  std::memcpy(bytes.data(), v.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
   return c.b.constant(
       TensorData::from_bytes(DType::Float, {static_cast<int64_t>(v.size())}, std::move(bytes)));
 }

@@ -259,7 +259,7 @@ void ps_roi_align(Ctx& c) {
     std::vector<int32_t> map(static_cast<size_t>(channels));
     for (int64_t i = 0; i < channels; ++i) map[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     std::vector<uint8_t> bytes(map.size() * sizeof(int32_t));
-    std::memcpy(bytes.data(), map.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(bytes.data(), map.data(), bytes.size());
     std::string pattern =
         c.b.constant(TensorData::from_bytes(DType::Int32, {1, c_out, ph, pw}, std::move(bytes)));
     std::string shape = c.b.op("Concat", {c.dim_value(rois, 0), c.b.const_i64({c_out, ph, pw})},

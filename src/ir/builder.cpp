@@ -135,7 +135,9 @@ std::optional<std::vector<int64_t>> GraphBuilder::const_ints(const std::string& 
   if (!t || t->numel() > 64 || !t->is_contiguous()) return std::nullopt;
   std::vector<int64_t> r(static_cast<size_t>(t->numel()));
   if (t->dtype == DType::Int64) {
-    std::memcpy(r.data(), t->bytes(), r.size() * 8);
+    // An empty constant: r.data() may be null, which memcpy must not get even for 0 bytes
+    // (UBSan, found by fuzz_model_reader).
+    if (!r.empty()) std::memcpy(r.data(), t->bytes(), r.size() * 8);
   } else if (t->dtype == DType::Int32) {
     for (size_t i = 0; i < r.size(); ++i) r[i] = t->as<int32_t>()[i];
   } else {

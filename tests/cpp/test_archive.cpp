@@ -103,6 +103,29 @@ TEST(HostileCorpus, EveryDamagedArchiveFailsClearlyFromMemory) {
   }
 }
 
+// Inputs a fuzzer once found undefined behaviour on (tests/data/fuzz/, one file each):
+// every one converts or fails with pt2onnx::Error; the sanitizer build (make test-sanitize)
+// stops at any UB report. pipeline_empty_int64_constant.pt2: fuzz_pipeline, a mutated archive
+// with an empty int64 constant (memcpy to a null pointer in GraphBuilder::const_ints).
+TEST(FuzzFindings, EachConvertsOrFailsClearly) {
+  TempDir dir;
+  std::string out = (dir.path / "out.onnx").string();
+  size_t n = 0;
+  for (auto& entry : fs::directory_iterator(corpus_dir().parent_path() / "fuzz")) {
+    SCOPED_TRACE(entry.path().filename().string());
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    try {
+      convert_buffer(bytes.data(), bytes.size(), out, Options{});
+    } catch (const Error&) {
+      EXPECT_TRUE(dir.empty());
+    }
+    dir.clear();
+    ++n;
+  }
+  EXPECT_GE(n, 1u);
+}
+
 TEST(HostileCorpus, ValidArchiveConvertsFromFileAndMemory) {
   std::string out = temp_output();
   Result r = convert((corpus_dir() / "valid.pt2").string(), out, Options{});
