@@ -18,9 +18,13 @@ set -euo pipefail
 py="$1"
 shift
 venv="$(cd "$(dirname "$py")/.." && pwd)"
-# UV=path: an existing uv (e.g. .venv's), so the environment gets nothing but what was asked for.
-uv="${UV:-$venv/bin/uv}"
-[ -x "$uv" ] || "$py" -m pip install -q "uv==0.13.9"
+# UV=path: an existing uv (e.g. .venv's), so the environment gets nothing but what was asked for;
+# where it is not there, the environment's own, as without UV.
+uv="${UV:-}"
+if [ ! -x "$uv" ]; then
+  uv="$venv/bin/uv"
+  [ -x "$uv" ] || "$py" -m pip install -q "uv==0.13.9"
+fi
 
 # The highest-ranked value of each pip option: :env: (PIP_*) over site, user and global files.
 declare -A value rank

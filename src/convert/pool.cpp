@@ -61,10 +61,7 @@ std::string plane_size(Ctx& c, const std::string& x, size_t n) {
 }
 
 std::string const_f32(Ctx& c, const std::vector<float>& v, std::vector<int64_t> dims, DType t) {
-  std::vector<uint8_t> bytes(v.size() * sizeof(float));
-  if (!bytes.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
-  return c.cast(
-      c.b.constant(TensorData::from_bytes(DType::Float, std::move(dims), std::move(bytes))), t);
+  return c.cast(c.b.constant(TensorData::from_vector(DType::Float, std::move(dims), v)), t);
 }
 
 // ---- max pool

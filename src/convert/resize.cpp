@@ -27,10 +27,7 @@ namespace pt2onnx {
 namespace {
 
 std::string const_f32(Ctx& c, const std::vector<float>& v) {
-  std::vector<uint8_t> bytes(v.size() * sizeof(float));
-  if (!bytes.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
-  return c.b.constant(
-      TensorData::from_bytes(DType::Float, {static_cast<int64_t>(v.size())}, std::move(bytes)));
+  return c.b.constant(TensorData::from_vector(DType::Float, {static_cast<int64_t>(v.size())}, v));
 }
 
 // Spatial scale factors torch used, if it was given some (.vec scale_factors

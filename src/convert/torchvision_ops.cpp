@@ -258,10 +258,8 @@ void ps_roi_align(Ctx& c) {
     // channel_mapping: the input channel of each output element (int32).
     std::vector<int32_t> map(static_cast<size_t>(channels));
     for (int64_t i = 0; i < channels; ++i) map[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-    std::vector<uint8_t> bytes(map.size() * sizeof(int32_t));
-    if (!bytes.empty()) std::memcpy(bytes.data(), map.data(), bytes.size());
     std::string pattern =
-        c.b.constant(TensorData::from_bytes(DType::Int32, {1, c_out, ph, pw}, std::move(bytes)));
+        c.b.constant(TensorData::from_vector(DType::Int32, {1, c_out, ph, pw}, map));
     std::string shape = c.b.op("Concat", {c.dim_value(rois, 0), c.b.const_i64({c_out, ph, pw})},
                                {Attr::Int("axis", 0)});
     c.set_output(1, c.b.op("Expand", {pattern, shape}, {}, c.out_type(1)));

@@ -136,7 +136,7 @@ std::optional<std::vector<int64_t>> GraphBuilder::const_ints(const std::string& 
   std::vector<int64_t> r(static_cast<size_t>(t->numel()));
   if (t->dtype == DType::Int64) {
     // An empty constant: r.data() may be null, which memcpy must not get even for 0 bytes
-    // (UBSan, found by fuzz_model_reader).
+    // (UBSan, found by fuzz_pipeline).
     if (!r.empty()) std::memcpy(r.data(), t->bytes(), r.size() * 8);
   } else if (t->dtype == DType::Int32) {
     for (size_t i = 0; i < r.size(); ++i) r[i] = t->as<int32_t>()[i];

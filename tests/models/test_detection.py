@@ -440,6 +440,7 @@ def test_ssd_selection_rule_equals_the_class_loop(anchors, spread):
     ref = m.postprocess_detections(heads, priors, shapes)
     got = _ssd_detections(m, heads, priors, shapes)
     assert sum(len(r["scores"]) for r in ref) > 0
+
     def ordered(d):  # by score, then label and box: ties in one order
         cols = [d["boxes"][:, i].numpy() for i in (3, 2, 1, 0)]
         order = np.lexsort(cols + [d["labels"].numpy(), -d["scores"].numpy()])
