@@ -45,6 +45,21 @@ def _threads_per_worker() -> int:
 
 _threads_per_worker()
 
+@pytest.fixture(autouse=True, scope="session")
+def _program_cache_of_the_run(tmp_path_factory):
+    """export_pretrained's program cache (on by default) in a folder of this run, not the
+    user's: a config exported twice in the run is a hit the second time (the file is the
+    same; verification still runs), and nothing outlives the run."""
+    if os.environ.get("PT2ONNX_CACHE_DIR"):
+        yield
+        return
+    os.environ["PT2ONNX_CACHE_DIR"] = str(tmp_path_factory.mktemp("program-cache"))
+    try:
+        yield
+    finally:
+        os.environ.pop("PT2ONNX_CACHE_DIR", None)
+
+
 # Off inside tests that take the no_hand_off_comparison fixture; "sampled": whether the current
 # test is in the hand-off check's sample (_hand_off_sample below).
 _HAND_OFF = {"compare": True, "sampled": True}

@@ -21,9 +21,13 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from ._core import ConversionError
-from . import _autograd_symbolic, _compat, _core, _custom, _report, _torchscript, _training, _verify
+from ._checkpoint_files import safetensors_files
+from ._result import ExportResult, result_from_core
+from . import (_autograd_symbolic, _compat, _core, _custom, _module_cache, _program_cache,
+               _report, _torchscript, _training, _verify)
 from ._capture_rules import capture_rules
 from ._serialize import program_tree as _program
+from ._serialize import tree_json
 from ._training import TrainingMode
 
 # export(target=...): what the written graph is made for (see export()).
@@ -90,60 +94,6 @@ class _Progress:
         if self.shown:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
-
-
-@dataclass
-class ExportResult:
-    """What `export()` did: the files written, the graph's size, and seconds per stage.
-
-    `export()` returns one; `str(result)` is a two-line summary (path, opset, node and
-    initializer counts, megabytes of weights, then the time of each stage).
-
-    Attributes:
-        path: The ONNX file written; None when the model was returned in memory (`f` None
-            or a file object).
-        data_paths: The external data files written beside `path` (empty when the weights
-            are inline).
-        opset: The ONNX opset of the written model.
-        ir_version: The ONNX IR version of the written model.
-        nodes: The number of nodes in the graph.
-        initializers: The number of initializers in the graph.
-        weight_bytes: The size of the weights written, in bytes.
-        timings: Seconds per stage, in order: "capture", "serialize", the C++ core's own
-            stages, "total", then "verify" with verify=True.
-        model_bytes: The serialized model when `f` was None or a file object; else None.
-        checks: The results of checks and extras: "verify" (verify=True: one entry per
-            input set, with its input shapes and the max abs difference of each output),
-            "profile" and "exported_program" (the files of profile=True and
-            dump_exported_program=True). `hf.export_pretrained` and
-            `diffusers.export_pipeline` add their verification ("max_abs_error", ...).
-        fallback_ops: The ops written as `pkg.torch.ops` nodes (fallback="custom_domain"),
-            one dict each: "target", "count", "where" (the first node's place).
-        node_histogram: `(op type, count)` for the written graph, most frequent first.
-    """
-
-    path: str | None
-    data_paths: list[str]
-    opset: int
-    ir_version: int
-    nodes: int
-    initializers: int
-    weight_bytes: int
-    timings: dict[str, float] = field(default_factory=dict)
-    model_bytes: bytes | None = None  # set when f=None
-    checks: dict[str, Any] = field(default_factory=dict)  # verify=True, export_pretrained
-    # Ops written as pkg.torch.ops nodes (fallback="custom_domain"): target, count, where.
-    fallback_ops: list[dict[str, Any]] = field(default_factory=list)
-    # Node count per op type of the written graph, most frequent first.
-    node_histogram: list[tuple[str, int]] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        stages = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in self.timings.items())
-        return (
-            f"pt2onnx export: {self.path or '<in memory>'} (opset {self.opset}, "
-            f"{self.nodes} nodes, {self.initializers} initializers, "
-            f"{self.weight_bytes / 1e6:.1f} MB of weights)\n  {stages}"
-        )
 
 
 def _dim_name(d: Any) -> str | None:
@@ -763,50 +713,6 @@ class _WeightSource:
         return out
 
 
-def safetensors_files(source: str | os.PathLike) -> list[str]:
-    """List the safetensors files of a checkpoint.
-
-    Args:
-        source: A .safetensors file, or a checkpoint directory holding
-            model.safetensors.index.json (then its shards are listed) or *.safetensors files
-            (then all of them, sorted).
-
-    Returns:
-        list[str]: The paths of the files.
-
-    Raises:
-        FileNotFoundError: `source` does not exist, the index names a shard that is not
-            there, or the directory holds no .safetensors file.
-        ValueError: The index is not a safetensors index (it has no weight_map).
-    """
-    import json
-
-    path = os.fspath(source)
-    if os.path.isfile(path):
-        return [path]
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"weights={path!r}: no such file or directory")
-    index = os.path.join(path, "model.safetensors.index.json")
-    if os.path.isfile(index):
-        with open(index) as fh:
-            try:
-                weight_map = json.load(fh)["weight_map"]
-                shards = sorted(set(weight_map.values()))
-            except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise ValueError(f"{index}: not a safetensors index (no weight_map: {e})") \
-                    from None
-        files = [os.path.join(path, s) for s in shards]
-        absent = [f for f in files if not os.path.isfile(f)]
-        if absent:
-            raise FileNotFoundError(f"{index} names shards that are not there: {absent}")
-        return files
-    files = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".safetensors"))
-    if not files:
-        raise FileNotFoundError(f"weights={path!r}: no .safetensors file in the directory "
-                                "(only safetensors checkpoints are read in place)")
-    return files
-
-
 def _weight_source(weights: Any, model: Any) -> _WeightSource | None:
     """export(weights=...): a state dict, a .safetensors file or list of
     them, or a checkpoint directory."""
@@ -1100,6 +1006,7 @@ def export(
     artifacts_dir: str | os.PathLike = ".",
     example_outputs: Any = None,
     use_external_data_format: bool | None = None,
+    cache_dir: str | os.PathLike | None = None,
     _state: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Export a PyTorch model to ONNX.
@@ -1291,6 +1198,16 @@ def export(
         use_external_data_format: (torch.onnx compatibility, old) Given, it decides where
             the weights go, as it did in torch.onnx: True = external_data=True (a `.data`
             file), False = external_data=False (one file, at most 2 GiB).
+        cache_dir: A folder for the program cache (opt-in, nn.Modules captured with
+            torch.export): the captured program is kept there, keyed by the model's module
+            classes (their source files), its non-tensor attributes, its parameters' and
+            buffers' names, shapes and dtypes, the inputs' shapes and dtypes, every option
+            and the versions of torch and pt2onnx; a later export of a model with the same
+            key converts the kept program with that model's weights, skipping capture, and
+            writes the same file a capture would. `checks["program_cache"]` says "hit" or
+            "miss". What the key cannot see (global state the forward reads outside its
+            modules' files) is listed in
+            [the nn.Module guide](../guides/modules.md#the-program-cache).
 
     Returns:
         ExportResult: The files written, the graph's size, seconds per stage (`timings`),
@@ -1411,33 +1328,61 @@ def export(
     elif not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be an nn.Module, ExportedProgram or TorchScript model, "
                         f"not {type(model)}")
+    cache_fields = cached = hit = None
+    if cache_dir is not None:
+        if not isinstance(model, torch.nn.Module) or run_model is not model:
+            raise ValueError("cache_dir= keeps the capture of an nn.Module (capture='export'); "
+                             "an ExportedProgram or a TorchScript or traced model has none to "
+                             "keep")
+        cache_fields = _module_cache.key_fields(model, (args, kwargs), dict(
+            dynamic_shapes=dynamic_shapes, dynamic_axes=dynamic_axes, opset=opset,
+            input_names=input_names, output_names=output_names, external_data=external_data,
+            optimize=optimize, strict=strict, fallback=fallback, custom_opsets=custom_opsets,
+            training=str(training), functions=[all_functions, function_classes],
+            inline=inline, target=target, dtype=dtype, quantize=quantize,
+            fix_dynamic_shapes=fix_dynamic_shapes, export_params=export_params,
+            keep_initializers_as_inputs=keep_initializers_as_inputs))
+        if cache_fields is not None and not custom_functions:
+            cached = _program_cache.lookup(cache_dir, cache_fields)
     progress = _Progress(verbose)
     with _CAPTURE_LOCK:
-        if not isinstance(model, torch.export.ExportedProgram):
-            progress("capturing")
-            symbolics: dict[str, Any] = {}
-            with _training.module_mode(model, training), _torchscript.script_parts(model), \
-                    _compat.exporting(), _autograd_symbolic.symbolic_functions(symbolics), \
-                    _compat.trace_hint(capture, model), _meta_as_fake(model) as meta_buffers:
-                ep, in_dim_names, out_dim_names = _capture(
-                    model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, output_names,
-                    strict, fix_dynamic_shapes)
-            # autograd.Functions exported through their `symbolic` (torch.onnx's rule).
-            custom_functions += [_custom.record(t, fn, opset, custom_opsets, positional=True)
-                                 for t, fn in symbolics.items()]
-        t1 = time.perf_counter()
-        if dump_exported_program:  # torch.onnx's: the captured program, for debugging
-            dumped = _compat.artifact(artifacts_dir, run_model, ".pt2")
-            torch.export.save(ep, dumped)
-        progress("serializing")
-        input_names, weight_names = _weight_names(ep, run_model, input_names)
-        program = _program(ep)
-        if _state is not None:
-            _state.update(program=program, opset=opset, custom_functions=custom_functions,
-                          exported_program=ep, in_dim_names=in_dim_names,
-                          out_dim_names=out_dim_names)
-        weight_views, keep_alive = _weight_views(ep)
-        t2 = time.perf_counter()
+        if cached is not None:  # the kept program, this model's weights
+            hit = _module_cache.weight_views(cached["parts"][0], model, _tensor_view)
+        if hit is not None:
+            part = cached["parts"][0]
+            stored = _program_cache.decode_call(part["call"])
+            program = part["program"]
+            in_dim_names, out_dim_names = stored["input_dim_names"], stored["output_dim_names"]
+            input_names, weight_names = stored["input_names"], stored["weight_names"]
+            weight_views, keep_alive = hit
+            meta_buffers = [n for n, b in model.named_buffers() if b.is_meta]
+            t1 = t2 = time.perf_counter()
+        else:
+            if not isinstance(model, torch.export.ExportedProgram):
+                progress("capturing")
+                symbolics: dict[str, Any] = {}
+                with _training.module_mode(model, training), _torchscript.script_parts(model), \
+                        _compat.exporting(), _autograd_symbolic.symbolic_functions(symbolics), \
+                        _compat.trace_hint(capture, model), _meta_as_fake(model) as meta_buffers:
+                    ep, in_dim_names, out_dim_names = _capture(
+                        model, args, kwargs, dynamic_shapes, dynamic_axes, input_names,
+                        output_names, strict, fix_dynamic_shapes)
+                # autograd.Functions exported through their `symbolic` (torch.onnx's rule).
+                custom_functions += [_custom.record(t, fn, opset, custom_opsets, positional=True)
+                                     for t, fn in symbolics.items()]
+            t1 = time.perf_counter()
+            if dump_exported_program:  # torch.onnx's: the captured program, for debugging
+                dumped = _compat.artifact(artifacts_dir, run_model, ".pt2")
+                torch.export.save(ep, dumped)
+            progress("serializing")
+            input_names, weight_names = _weight_names(ep, run_model, input_names)
+            program = _program(ep)
+            if _state is not None:
+                _state.update(program=program, opset=opset, custom_functions=custom_functions,
+                              exported_program=ep, in_dim_names=in_dim_names,
+                              out_dim_names=out_dim_names)
+            weight_views, keep_alive = _weight_views(ep)
+            t2 = time.perf_counter()
     source = _weight_source(weights, model)
     fake = [v[0] for v in weight_views if v[1] == 0 and math.prod(v[3]) > 0]
     _check_meta_buffers(meta_buffers, fake, source)
@@ -1465,21 +1410,21 @@ def export(
     # f=None: the model in memory (model_bytes), weights inline, no file.
     path = "" if f is None else os.fspath(f)
     try:
-        r = _core.convert(
-            program,
-            weight_views,
-            path,
-            opset,
-            optimize,
-            ext,
-            list(input_names or []),
-            list(output_names or []),
-            in_dim_names,
-            out_dim_names,
-            fallback or "",
-            custom_functions,
-            custom_opsets,
-            core_training,
+        call = dict(
+            program=program,
+            weights=weight_views,
+            output_path=path,
+            opset=opset,
+            optimize=optimize,
+            external_data=ext,
+            input_names=list(input_names or []),
+            output_names=list(output_names or []),
+            input_dim_names=in_dim_names,
+            output_dim_names=out_dim_names,
+            fallback=fallback or "",
+            custom_functions=custom_functions,
+            custom_opsets=custom_opsets,
+            training=core_training,
             all_modules_as_functions=all_functions,
             modules_as_functions=function_classes,
             inline_functions=inline,
@@ -1498,14 +1443,14 @@ def export(
             keep_initializers_as_inputs=keep_initializers_as_inputs,
             weight_names=weight_names,
         )
+        if _state is not None:  # what the program cache replays (python/pt2onnx/_program_cache.py)
+            _state.update(convert=call, keep_alive=keep_alive)
+        r = _core.convert(**call)
         model_bytes = r["model_bytes"]
     finally:
         progress.done()
         del keep_alive, source
     t3 = time.perf_counter()
-    timings = {"capture": t1 - t0, "serialize": t2 - t1}
-    timings.update(dict(r["timings"]))
-    timings["total"] = t3 - t0
     if r["fallback_ops"]:
         warnings.warn("no converter for " + "; ".join(
             f"{op['target']} ({op['count']} node{'s' if op['count'] > 1 else ''}, first at "
@@ -1521,19 +1466,10 @@ def export(
         result_checks = {}
     if _state is not None:
         _state["core"] = r
-    result = ExportResult(
-        path=None if f is None else path,
-        data_paths=list(r["data_paths"]),
-        opset=r["opset"],
-        ir_version=r["ir_version"],
-        nodes=r["nodes"],
-        initializers=r["initializers"],
-        weight_bytes=r["weight_bytes"],
-        timings=timings,
-        model_bytes=model_bytes,
-        fallback_ops=list(r["fallback_ops"]),
-        node_histogram=[tuple(x) for x in r["node_histogram"]],
-    )
+    result = result_from_core(r, None if f is None else path,
+                              {"cache lookup": t1 - t0} if hit is not None else
+                              {"capture": t1 - t0, "serialize": t2 - t1})
+    result.timings["total"] = t3 - t0
     result.checks.update(result_checks)
     if verify:
         if result.fallback_ops:
@@ -1545,7 +1481,30 @@ def export(
             result.checks["verify"] = _verify.verify(
                 path if f is not None else model_bytes, run_model, args, kwargs, atol, rtol)
         result.timings["verify"] = time.perf_counter() - t4
+    if cache_fields is not None:
+        result.checks["program_cache"] = (
+            {"result": "hit", "entry": cached["folder"]} if hit is not None else
+            {"result": "miss", "entry": _keep_program(cache_dir, cache_fields, ep, call)})
     return result
+
+
+def _keep_program(cache_dir, fields, ep, call) -> str | None:
+    """export(cache_dir=...)'s entry after a capture (python/pt2onnx/_module_cache.py): the
+    program, the core's call, the constants' bytes; the parameters and buffers are the
+    model's, read from it on a hit. None when it cannot be kept: a weight that is neither
+    (a tensor subclass's inner tensors) would be kept with its values, so nothing is."""
+    from torch.export.graph_signature import InputKind
+
+    specs = ep.graph_signature.input_specs
+    from_model = frozenset(sp.target for sp in specs
+                           if sp.kind in (InputKind.PARAMETER, InputKind.BUFFER) and sp.target)
+    constants = {sp.target for sp in specs if sp.kind == InputKind.CONSTANT_TENSOR}
+    if any(v[0] not in from_model and v[0] not in constants for v in call["weights"]):
+        return None
+    part = _program_cache.make_part("", tree_json(call["program"]), call, from_model)
+    if part is None:
+        return None
+    return _program_cache.store(cache_dir, fields, [part], _program_cache.sources_in_use())
 
 
 def unconvertible_ops(

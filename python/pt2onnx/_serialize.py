@@ -56,6 +56,14 @@ def program_tree(ep: torch.export.ExportedProgram):
     return tree[0]
 
 
+def tree_json(tree) -> bytes:
+    """The JSON of a `program_tree` (what serialize_program returns for its program), written
+    from the tree already made: the program cache keeps it without serializing twice."""
+    from torch._export.serde import serialize as serde
+
+    return serde._to_json_bytes(tree)
+
+
 def _serialized(ep, fast, keep_tree):
     from torch._export.serde import serialize as serde
 

@@ -20,7 +20,8 @@ about transformers.
   `save_pretrained` writes it) for a task, with example inputs and dynamic
   shapes chosen for the task, and verifies the file in onnxruntime
   (seq2seq-with-past: an encoder file and a decoder-step file).
-- `main()` is the `pt2onnx-pretrained` command.
+- `main()` is the `pt2onnx-pretrained` command (python/pt2onnx/_pretrained_command.py,
+  which imports no torch until a program cache miss or the verification needs it).
 
 Nothing here reaches the network: checkpoints load with local_files_only and
 the hub's offline mode.
@@ -28,12 +29,12 @@ the hub's offline mode.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.util
 import inspect
 import os
 import sys
+import time
 import types
 from typing import Any
 
@@ -41,12 +42,13 @@ import torch
 
 from . import _cli
 from . import _export as _export_mod
+from . import _program_cache
 from . import _verify as _verify_mod
+from ._checkpoint_files import safetensors_files, seq2seq_paths
+from ._pretrained_command import TASKS, main  # noqa: F401 - pt2onnx.hf.main: the command
 from ._core import ConversionError
 from ._export import ExportResult, export
 
-TASKS = ("text-generation-with-past", "text-generation", "feature-extraction",
-         "image-classification", "seq2seq", "seq2seq-with-past")
 
 
 def _torchvision_ops_unloadable() -> bool:
@@ -372,23 +374,6 @@ class _Seq2SeqInputs:
         return enc_ds, dec_ds
 
 
-def seq2seq_paths(f: str | os.PathLike) -> tuple[str, str]:
-    """Name the two files `export_pretrained(task="seq2seq-with-past")` writes for `f`.
-
-    Args:
-        f: The path given to `export_pretrained` (`<stem>.onnx`).
-
-    Returns:
-        tuple[str, str]: The encoder and decoder files, `<stem>.encoder.onnx` and
-            `<stem>.decoder.onnx`, beside `f`.
-
-    Runnable examples: [LLMs and transformers](../guides/transformers.md).
-    """
-    f = os.fspath(f)
-    stem = f[:-5] if f.endswith(".onnx") else f
-    return stem + ".encoder.onnx", stem + ".decoder.onnx"
-
-
 def _prefixed_source(source, model):
     """`source` for a wrapper holding `model` as its `model` attribute: its
     parameter names gain the prefix `model.`; a file uses part of the
@@ -412,7 +397,7 @@ def _prefixed_source(source, model):
     return src
 
 
-def _export_seq2seq_with_past(model, source, ckpt, f, verify, atol, rtol, export_kw):
+def _export_seq2seq_with_past(model, source, f, export_kw, states):
     enc_path, dec_path = seq2seq_paths(f)
     inputs = _Seq2SeqInputs(model)
     torch.manual_seed(0)
@@ -422,38 +407,40 @@ def _export_seq2seq_with_past(model, source, ckpt, f, verify, atol, rtol, export
     results = []
     for part, path, kw, ds in ((encoder, enc_path, enc_in, enc_ds),
                                (decoder, dec_path, dec_in, dec_ds)):
+        states.append({})
         results.append(export(part, (), path, kwargs=kw, dynamic_shapes=ds,
-                              weights=_prefixed_source(source, model), **export_kw))
+                              weights=_prefixed_source(source, model), **export_kw,
+                              _state=states[-1]))
     result = results[1]
     result.checks["encoder"] = results[0]
-    if verify:
-        if source is not None:  # PyTorch needs the weights to run: only now loaded
-            model = load_pretrained(ckpt, "seq2seq-with-past")
-            inputs = _Seq2SeqInputs(model)
-            encoder, decoder = inputs.parts()
-        import onnxruntime as ort
-
-        torch.manual_seed(1)
-        sizes = [(1, 5, 1, 0), (3, 11, 1, 6), (2, 6, 3, 2)]
-        sessions = [ort.InferenceSession(p, providers=["CPUExecutionProvider"])
-                    for p in (enc_path, dec_path)]
-        worst = 0.0
-        for size in sizes:
-            for sess, path, part, kw in zip(sessions, (enc_path, dec_path), (encoder, decoder),
-                                            inputs.make(*size)):
-                try:
-                    run = _verify_mod._compare(sess, part, (), kw, atol, rtol)
-                except _verify_mod._TorchRefused as e:
-                    raise _verify_mod.VerificationError(
-                        f"verify: PyTorch fails at {size}: {e}") from e
-                if "failures" in run:
-                    raise _verify_mod.VerificationError(
-                        f"verify: {path} differs from PyTorch at (batch, encoder length, "
-                        f"decoder length, past) {size}: " + "; ".join(run["failures"]))
-                worst = max([worst, *run["max_abs_diff"].values()])
-        result.checks["max_abs_error"] = worst
-        result.checks["verified_sizes"] = sizes
     return result
+
+
+def _verify_seq2seq_with_past(model, f, atol, rtol) -> dict[str, Any]:
+    enc_path, dec_path = seq2seq_paths(f)
+    inputs = _Seq2SeqInputs(model)
+    encoder, decoder = inputs.parts()
+    import onnxruntime as ort
+
+    torch.manual_seed(1)
+    sizes = [(1, 5, 1, 0), (3, 11, 1, 6), (2, 6, 3, 2)]
+    sessions = [ort.InferenceSession(p, providers=["CPUExecutionProvider"])
+                for p in (enc_path, dec_path)]
+    worst = 0.0
+    for size in sizes:
+        for sess, path, part, kw in zip(sessions, (enc_path, dec_path), (encoder, decoder),
+                                        inputs.make(*size)):
+            try:
+                run = _verify_mod._compare(sess, part, (), kw, atol, rtol)
+            except _verify_mod._TorchRefused as e:
+                raise _verify_mod.VerificationError(
+                    f"verify: PyTorch fails at {size}: {e}") from e
+            if "failures" in run:
+                raise _verify_mod.VerificationError(
+                    f"verify: {path} differs from PyTorch at (batch, encoder length, "
+                    f"decoder length, past) {size}: " + "; ".join(run["failures"]))
+            worst = max([worst, *run["max_abs_diff"].values()])
+    return {"max_abs_error": worst, "verified_sizes": sizes}
 
 
 def _model_class(task: str, config):
@@ -537,7 +524,7 @@ def empty_pretrained(path: str | os.PathLike, task: str):
         ValueError: An unknown task.
         FileNotFoundError: `path` holds no config.json or no safetensors file.
     """
-    from ._export import _WeightSource, init_empty_weights, safetensors_files
+    from ._export import _WeightSource, init_empty_weights
 
     config = _config(path, task)
     with init_empty_weights():
@@ -592,7 +579,7 @@ def checkpoint_weights(model, path: str | os.PathLike):
             that are not there.
         ValueError: Its model.safetensors.index.json is not a safetensors index.
     """
-    from ._export import _WeightSource, safetensors_files
+    from ._export import _WeightSource
 
     source = _WeightSource(files=safetensors_files(path), convert_floats=True)
     for name, saved in _saved_names(model).items():
@@ -649,6 +636,8 @@ def export_pretrained(
     verbose: bool | None = None,
     external_data: bool | str | None = True,
     quantize: str | dict | None = None,
+    cache: bool = True,
+    cache_dir: str | os.PathLike | None = None,
 ) -> ExportResult:
     """Export a local transformers checkpoint to ONNX for a task, and verify it.
 
@@ -704,11 +693,22 @@ def export_pretrained(
         quantize: `export()`'s ("int4" / "int8": Linear weights quantized while written).
             A quantized file differs from PyTorch by more than rounding, so verify=True then
             needs `atol` and `rtol` (pass verify=False to skip the check).
+        cache: Keep the captured program in the program cache and, when the same config
+            was exported before for the same task with the same options, library versions
+            and model code, convert the kept program with this checkpoint's weights instead
+            of capturing it again: the same file, byte for byte, without the capture (see
+            [the program cache](../guides/transformers.md#the-program-cache)). Only with
+            weights="empty". False: neither read nor write the cache.
+        cache_dir: The cache's folder; None: `$PT2ONNX_CACHE_DIR`, else
+            `pt2onnx/programs` under the user's cache directory (`$XDG_CACHE_HOME`,
+            default ~/.cache).
 
     Returns:
         ExportResult: The export's result. With verify=True its `checks` has the
             verification's max abs error ("max_abs_error") and the input sizes checked
-            ("verified_sizes"). For "seq2seq-with-past" it is the decoder's result, with the
+            ("verified_sizes"). With the cache, `checks["program_cache"]` says "hit" or
+            "miss" and names the entry's folder (None when the program could not be kept);
+            on a hit the timings start with "cache lookup" and have no "capture". For "seq2seq-with-past" it is the decoder's result, with the
             encoder's in `checks["encoder"]`.
 
     Raises:
@@ -728,34 +728,56 @@ def export_pretrained(
         raise ValueError("export_pretrained(quantize=...) with verify=True needs atol and rtol "
                          "(quantized weights change the outputs by more than rounding); "
                          "or pass verify=False")
-    default_atol, default_rtol = _export_mod.DTYPE_TOLERANCE[name]
-    atol = default_atol if atol is None else atol
-    rtol = default_rtol if rtol is None else rtol
+    atol, rtol = verify_tolerance(name, atol, rtol)
     if weights not in ("empty", "memory"):
         raise ValueError(f"weights must be 'empty' or 'memory', not {weights!r}")
-    if weights == "empty":
-        model, source = empty_pretrained(path, task)
-    else:
-        model, source = load_pretrained(path, task), None
     f = os.fspath(f) if f is not None else os.path.join(os.fspath(path), "model.onnx")
+    options = dict(opset=opset, target=target, dtype=name, external_data=external_data,
+                   quantize=quantize)
+    use_cache = cache and weights == "empty"
+    cache_dir = _program_cache.default_dir() if cache_dir is None else os.fspath(cache_dir)
     with _cli.output_folder(os.path.dirname(os.path.abspath(f))):
-        return _export_pretrained_to(model, source, path, task, f, verify, atol, rtol,
-                                     dict(opset=opset, target=target, dtype=name,
-                                          verbose=verbose, external_data=external_data,
-                                          quantize=quantize))
+        if use_cache:
+            result = _program_cache.export_hit(cache_dir, path, task, f, options)
+            if result is not None:
+                if verify:
+                    t0 = time.perf_counter()
+                    result.checks.update(_verify_pretrained(None, path, task, f, atol, rtol))
+                    result.timings["verify"] = time.perf_counter() - t0
+                return result
+        if weights == "empty":
+            model, source = empty_pretrained(path, task)
+        else:
+            model, source = load_pretrained(path, task), None
+        states: list[dict[str, Any]] = []
+        result = _export_pretrained_to(model, source, task, f,
+                                       dict(options, verbose=verbose), states)
+        if verify:
+            t0 = time.perf_counter()
+            # PyTorch needs the weights to run: with weights="empty" only now loaded
+            result.checks.update(_verify_pretrained(model if source is None else None, path,
+                                                    task, f, atol, rtol))
+            result.timings["verify"] = time.perf_counter() - t0
+        if use_cache:
+            entry = _store_programs(cache_dir, path, task, options, states)
+            result.checks["program_cache"] = {"result": "miss", "entry": entry}
+        return result
 
 
-def _export_pretrained_to(model, source, path, task, f, verify, atol, rtol, export_kw):
+
+def _export_pretrained_to(model, source, task, f, export_kw, states):
+    """The export itself (no verification); `states` gets export()'s `_state` of each file
+    written, which the program cache stores."""
     inputs = _TaskInputs(model, task)
     torch.manual_seed(0)
     try:
         if task == "seq2seq-with-past":
-            return _export_seq2seq_with_past(model, source, path, f, verify, atol, rtol,
-                                             export_kw)
+            return _export_seq2seq_with_past(model, source, f, export_kw, states)
         example = inputs.make(2, 8, 4 if task == "text-generation-with-past" else 0)
-        result = export(model, (), f, kwargs=example,
-                        dynamic_shapes=inputs.dynamic_shapes(example), weights=source,
-                        **export_kw)
+        states.append({})
+        return export(model, (), f, kwargs=example,
+                      dynamic_shapes=inputs.dynamic_shapes(example), weights=source,
+                      **export_kw, _state=states[-1])
     except ConversionError as e:
         if source is None or "the weights do not fit the model" not in str(e):
             raise
@@ -763,84 +785,49 @@ def _export_pretrained_to(model, source, path, task, f, verify, atol, rtol, expo
             f"{e}\n(transformers converts some checkpoints' tensors while loading them, e.g. "
             "merging experts; weights='memory' / --weights memory loads the model with "
             "from_pretrained first)") from None
-    if verify:
-        if source is not None:  # PyTorch needs the weights to run: only now loaded
-            model = load_pretrained(path, task)
-            inputs = _TaskInputs(model, task)
-        torch.manual_seed(1)
-        sizes = ([(1, 1, 7), (3, 5, 0), (2, 3, 2)] if task == "text-generation-with-past"
-                 else [(1, 5, 0), (3, 11, 0)])
-        result.checks["max_abs_error"] = _verify(model, f, inputs, sizes, atol, rtol)
-        result.checks["verified_sizes"] = sizes
-    return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the `pt2onnx-pretrained` command (`export_pretrained` from the command line).
+def _verify_pretrained(model, path, task, f, atol, rtol) -> dict[str, Any]:
+    """export_pretrained's check of the file(s) written at `f` against PyTorch on fresh
+    inputs of other sizes: {"max_abs_error", "verified_sizes"}. `model` None: the
+    checkpoint is loaded (with its weights) here."""
+    if model is None:
+        model = load_pretrained(path, task)
+    if task == "seq2seq-with-past":
+        return _verify_seq2seq_with_past(model, f, atol, rtol)
+    inputs = _TaskInputs(model, task)
+    torch.manual_seed(1)
+    sizes = ([(1, 1, 7), (3, 5, 0), (2, 3, 2)] if task == "text-generation-with-past"
+             else [(1, 5, 0), (3, 11, 0)])
+    return {"max_abs_error": _verify(model, f, inputs, sizes, atol, rtol),
+            "verified_sizes": sizes}
 
-    Args:
-        argv: The command's arguments; None: `sys.argv[1:]`.
 
-    Returns:
-        int: The exit status: 0, or 1 after printing the error on stderr.
-    """
-    p = argparse.ArgumentParser(
-        prog="pt2onnx-pretrained",
-        description="Export a local transformers checkpoint directory to ONNX and verify it "
-                    "in onnxruntime (never reaches the network).")
-    p.add_argument("path", help="checkpoint directory (config.json + weights)")
-    p.add_argument("--task", required=True, choices=TASKS)
-    p.add_argument("-o", "--output", help="ONNX file to write (default: PATH/model.onnx; "
-                                          "seq2seq-with-past writes model.encoder.onnx and "
-                                          "model.decoder.onnx beside it)")
-    p.add_argument("--opset", type=int, default=None)
-    p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime check")
-    p.add_argument("--target", choices=("standard", "onnxruntime"), default="standard",
-                   help="standard (default): ONNX operators; onnxruntime: onnxruntime's "
-                        "fused contrib operators where they run faster")
-    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
-                   help="float type of the weights, inputs, outputs and compute (default "
-                        "float32); norm statistics, softmax and sums stay float32")
-    p.add_argument("--weights", choices=("empty", "memory"), default="empty",
-                   help="empty (default): build the model without weight data and copy the "
-                        "checkpoint's safetensors into the output file-to-file (any size fits); "
-                        "memory: load the model first (from_pretrained)")
-    p.add_argument("--external-data", default=None, metavar="MODE",
-                   help="always (default), never, auto, or shards:SIZE (e.g. shards:2GB: "
-                        "data files of at most that size)")
-    p.add_argument("--quantize", default=None, metavar="SPEC",
-                   help="int4 or int8: Linear weights quantized while written (settings after "
-                        "commas: block_size=N, asymmetric, accuracy_level=N, embeddings); implies "
-                        "--no-verify (a quantized file differs from PyTorch by more than "
-                        "rounding)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
-    a = p.parse_args(argv)
-    verify = not a.no_verify and not a.quantize
-    missing = _cli.missing_message("pt2onnx-pretrained", "transformers",
-                                      ["transformers"] + (["onnxruntime"] if verify else []))
-    if missing:
-        print(missing, file=sys.stderr)
-        return 1
-    try:
-        r = export_pretrained(a.path, a.task, a.output, opset=a.opset,
-                              verify=verify, quantize=a.quantize,
-                              target=a.target, dtype=a.dtype, weights=a.weights,
-                              verbose=False if a.quiet else None,
-                              external_data={None: True, "always": True, "never": False,
-                                             "auto": None}.get(a.external_data,
-                                                               a.external_data))
-    except Exception as e:  # one clear line, no traceback, for the command
-        print(_cli.error_line("pt2onnx-pretrained", e), file=sys.stderr)
-        return 1
-    if "encoder" in r.checks:
-        print(r.checks["encoder"])
-    print(r)
-    if "verified_sizes" in r.checks:
-        what = ("(batch, encoder length, decoder length, past)" if "encoder" in r.checks
-                else "(batch, seq, past)")
-        print(f"  verified in onnxruntime at {what} {r.checks['verified_sizes']}: "
-              f"max abs error {r.checks['max_abs_error']:.2e}")
-    return 0
+def _store_programs(cache_dir, path, task, options, states) -> str | None:
+    """Keeps the programs just captured in the cache (python/pt2onnx/_program_cache.py);
+    the entry's folder, or None when they cannot be kept (a custom converter, say)."""
+    from ._serialize import tree_json
+
+    roles = ["encoder", "decoder"] if task == "seq2seq-with-past" else [""]
+    if len(states) != len(roles):
+        return None
+    parts = []
+    for role, state in zip(roles, states):
+        if "convert" not in state or isinstance(state["convert"]["program"], bytes):
+            return None
+        part = _program_cache.make_part(role, tree_json(state["convert"]["program"]),
+                                        state["convert"])
+        if part is None:
+            return None
+        parts.append(part)
+    fields = _program_cache.key_fields(path, task, options)
+    return _program_cache.store(cache_dir, fields, parts, _program_cache.sources_in_use())
+
+
+def verify_tolerance(dtype: str, atol: float | None, rtol: float | None):
+    """export_pretrained's tolerances: those given, else export()'s for the dtype."""
+    default_atol, default_rtol = _export_mod.DTYPE_TOLERANCE[dtype]
+    return (default_atol if atol is None else atol, default_rtol if rtol is None else rtol)
 
 
 if __name__ == "__main__":

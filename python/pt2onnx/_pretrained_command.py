@@ -1,0 +1,128 @@
+"""The `pt2onnx-pretrained` command (`hf.export_pretrained` from the command line).
+
+It imports neither torch nor transformers before it needs them: an export whose program
+is in the program cache (python/pt2onnx/_program_cache.py) is decided from files and
+package metadata and converted by the C++ core with the checkpoint's weights read in
+place, so with --no-verify the whole process runs without torch (checking the file
+against PyTorch needs both). A miss calls `hf.export_pretrained`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import _cli, _program_cache
+
+TASKS = ("text-generation-with-past", "text-generation", "feature-extraction",
+         "image-classification", "seq2seq", "seq2seq-with-past")
+
+
+def _from_cache(a, verify: bool, external_data):
+    """The export from the program cache, verified when asked; None on a miss."""
+    f = a.output if a.output is not None else os.path.join(a.path, "model.onnx")
+    options = dict(opset=a.opset, target=a.target, dtype=a.dtype, external_data=external_data,
+                   quantize=a.quantize)
+    cache_dir = a.cache_dir or _program_cache.default_dir()
+    with _cli.output_folder(os.path.dirname(os.path.abspath(f))):
+        r = _program_cache.export_hit(cache_dir, a.path, a.task, f, options)
+    if r is not None and verify:
+        import time
+
+        from . import hf
+
+        t0 = time.perf_counter()
+        atol, rtol = hf.verify_tolerance(a.dtype, None, None)
+        r.checks.update(hf._verify_pretrained(None, a.path, a.task, f, atol, rtol))
+        r.timings["verify"] = time.perf_counter() - t0
+    return r
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the `pt2onnx-pretrained` command (`export_pretrained` from the command line).
+
+    Args:
+        argv: The command's arguments; None: `sys.argv[1:]`.
+
+    Returns:
+        int: The exit status: 0, or 1 after printing the error on stderr.
+    """
+    p = argparse.ArgumentParser(
+        prog="pt2onnx-pretrained",
+        description="Export a local transformers checkpoint directory to ONNX and verify it "
+                    "in onnxruntime (never reaches the network).")
+    p.add_argument("path", help="checkpoint directory (config.json + weights)")
+    p.add_argument("--task", required=True, choices=TASKS)
+    p.add_argument("-o", "--output", help="ONNX file to write (default: PATH/model.onnx; "
+                                          "seq2seq-with-past writes model.encoder.onnx and "
+                                          "model.decoder.onnx beside it)")
+    p.add_argument("--opset", type=int, default=None)
+    p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime check")
+    p.add_argument("--target", choices=("standard", "onnxruntime"), default="standard",
+                   help="standard (default): ONNX operators; onnxruntime: onnxruntime's "
+                        "fused contrib operators where they run faster")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
+                   help="float type of the weights, inputs, outputs and compute (default "
+                        "float32); norm statistics, softmax and sums stay float32")
+    p.add_argument("--weights", choices=("empty", "memory"), default="empty",
+                   help="empty (default): build the model without weight data and copy the "
+                        "checkpoint's safetensors into the output file-to-file (any size fits); "
+                        "memory: load the model first (from_pretrained)")
+    p.add_argument("--external-data", default=None, metavar="MODE",
+                   help="always (default), never, auto, or shards:SIZE (e.g. shards:2GB: "
+                        "data files of at most that size)")
+    p.add_argument("--quantize", default=None, metavar="SPEC",
+                   help="int4 or int8: Linear weights quantized while written (settings after "
+                        "commas: block_size=N, asymmetric, accuracy_level=N, embeddings); implies "
+                        "--no-verify (a quantized file differs from PyTorch by more than "
+                        "rounding)")
+    p.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="the program cache's folder (default: $PT2ONNX_CACHE_DIR, else "
+                        "pt2onnx/programs under the user's cache directory)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the program cache (an export of a config "
+                        "exported before otherwise skips the capture, and imports no torch "
+                        "with --no-verify)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
+    a = p.parse_args(argv)
+    verify = not a.no_verify and not a.quantize
+    missing = _cli.missing_message("pt2onnx-pretrained", "transformers",
+                                   ["transformers"] + (["onnxruntime"] if verify else []))
+    if missing:
+        print(missing, file=sys.stderr)
+        return 1
+    external_data = {None: True, "always": True, "never": False,
+                     "auto": None}.get(a.external_data, a.external_data)
+    try:
+        r = None
+        if not a.no_cache and a.weights == "empty":
+            r = _from_cache(a, verify, external_data)
+        if r is None:
+            from . import hf
+
+            r = hf.export_pretrained(a.path, a.task, a.output, opset=a.opset,
+                                     verify=verify, quantize=a.quantize,
+                                     target=a.target, dtype=a.dtype, weights=a.weights,
+                                     verbose=False if a.quiet else None,
+                                     external_data=external_data, cache=not a.no_cache,
+                                     cache_dir=a.cache_dir)
+    except Exception as e:  # one clear line, no traceback, for the command
+        print(_cli.error_line("pt2onnx-pretrained", e), file=sys.stderr)
+        return 1
+    if "encoder" in r.checks:
+        print(r.checks["encoder"])
+    print(r)
+    cache = r.checks.get("program_cache")
+    if cache is not None:
+        print(f"  program cache: {cache['result']} ({cache['entry'] or 'not kept'})")
+    if "verified_sizes" in r.checks:
+        what = ("(batch, encoder length, decoder length, past)" if "encoder" in r.checks
+                else "(batch, seq, past)")
+        print(f"  verified in onnxruntime at {what} {r.checks['verified_sizes']}: "
+              f"max abs error {r.checks['max_abs_error']:.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
