@@ -1447,6 +1447,9 @@ def export(
             _state.update(convert=call, keep_alive=keep_alive)
         r = _core.convert(**call)
         model_bytes = r["model_bytes"]
+        # The entry's part now, while the constants' views point at live memory (a tensor
+        # on an accelerator is viewed through a CPU copy that keep_alive alone holds).
+        new_part = _cache_part(ep, call) if cache_fields is not None and hit is None else None
     finally:
         progress.done()
         del keep_alive, source
@@ -1484,13 +1487,14 @@ def export(
     if cache_fields is not None:
         result.checks["program_cache"] = (
             {"result": "hit", "entry": cached["folder"]} if hit is not None else
-            {"result": "miss", "entry": _keep_program(cache_dir, cache_fields, ep, call)})
+            {"result": "miss", "entry": None if new_part is None else _program_cache.store(
+                cache_dir, cache_fields, [new_part], _program_cache.sources_in_use())})
     return result
 
 
-def _keep_program(cache_dir, fields, ep, call) -> str | None:
-    """export(cache_dir=...)'s entry after a capture (python/pt2onnx/_module_cache.py): the
-    program, the core's call, the constants' bytes; the parameters and buffers are the
+def _cache_part(ep, call) -> dict[str, Any] | None:
+    """export(cache_dir=...)'s entry part after a capture (python/pt2onnx/_module_cache.py):
+    the program, the core's call, the constants' bytes; the parameters and buffers are the
     model's, read from it on a hit. None when it cannot be kept: a weight that is neither
     (a tensor subclass's inner tensors) would be kept with its values, so nothing is."""
     from torch.export.graph_signature import InputKind
@@ -1501,10 +1505,7 @@ def _keep_program(cache_dir, fields, ep, call) -> str | None:
     constants = {sp.target for sp in specs if sp.kind == InputKind.CONSTANT_TENSOR}
     if any(v[0] not in from_model and v[0] not in constants for v in call["weights"]):
         return None
-    part = _program_cache.make_part("", tree_json(call["program"]), call, from_model)
-    if part is None:
-        return None
-    return _program_cache.store(cache_dir, fields, [part], _program_cache.sources_in_use())
+    return _program_cache.make_part("", tree_json(call["program"]), call, from_model)
 
 
 def unconvertible_ops(

@@ -24,6 +24,7 @@ import enum
 import functools
 import hashlib
 import inspect
+import json
 import os
 import sys
 import types
@@ -33,7 +34,7 @@ from typing import Any
 
 import torch
 
-from . import _core
+from . import _core, _program_cache
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 # Module attributes that hold what the fingerprint reads separately (or nothing a capture uses).
@@ -167,25 +168,14 @@ def key_fields(model: torch.nn.Module, inputs: Any, options: dict[str, Any]):
         warnings.warn(f"export(cache_dir=...): not cached: {e} cannot be part of the key",
                       stacklevel=3)
         return None
-    import json
-
-    import importlib.metadata as md
-
     return {
         "format": 1,
         "kind": "nn.Module",
         "versions": {"torch": torch.__version__, "pt2onnx": _core.__version__,
                      "python": "%d.%d" % sys.version_info[:2],
-                     "transformers": _dist_version(md, "transformers")},
+                     "transformers": _program_cache.dist_version("transformers")},
         "sha256": hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest(),
     }
-
-
-def _dist_version(md, name):
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return None
 
 
 def weight_views(part: dict[str, Any], model: torch.nn.Module, tensor_view):
@@ -193,9 +183,7 @@ def weight_views(part: dict[str, Any], model: torch.nn.Module, tensor_view):
     as a fresh export reads them (tensor_view is _export's), the program's own constants
     from the entry. Returns (views, what must stay alive), or None when the model lacks a
     weight the program reads."""
-    from ._program_cache import _views
-
-    views, buf = _views(part)
+    views, buf = _program_cache.stored_views(part)
     state = dict(model.named_parameters(remove_duplicate=False))
     state.update(model.named_buffers(remove_duplicate=False))
     keep: list = [buf]

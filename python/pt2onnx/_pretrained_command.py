@@ -19,23 +19,27 @@ TASKS = ("text-generation-with-past", "text-generation", "feature-extraction",
          "image-classification", "seq2seq", "seq2seq-with-past")
 
 
-def _from_cache(a, verify: bool, external_data):
-    """The export from the program cache, verified when asked; None on a miss."""
-    f = a.output if a.output is not None else os.path.join(a.path, "model.onnx")
-    options = dict(opset=a.opset, target=a.target, dtype=a.dtype, external_data=external_data,
-                   quantize=a.quantize)
-    cache_dir = a.cache_dir or _program_cache.default_dir()
-    with _cli.output_folder(os.path.dirname(os.path.abspath(f))):
-        r = _program_cache.export_hit(cache_dir, a.path, a.task, f, options)
-    if r is not None and verify:
-        import time
+class _Miss(Exception):
+    pass
 
+
+def from_cache(cache_dir: str, path: str, task: str, f: str, options: dict, verify: bool,
+               atol: float | None = None, rtol: float | None = None):
+    """export_pretrained from the program cache (python/pt2onnx/_program_cache.py), verified
+    against PyTorch when asked (only then are torch and transformers imported); None on a
+    miss. The command and `hf.export_pretrained` both start here."""
+    try:
+        with _cli.output_folder(os.path.dirname(os.path.abspath(f))):
+            r = _program_cache.export_hit(cache_dir, path, task, f, options)
+            if r is None:
+                raise _Miss  # the folders made for the file go again, as after a failure
+    except _Miss:
+        return None
+    if verify:
         from . import hf
 
-        t0 = time.perf_counter()
-        atol, rtol = hf.verify_tolerance(a.dtype, None, None)
-        r.checks.update(hf._verify_pretrained(None, a.path, a.task, f, atol, rtol))
-        r.timings["verify"] = time.perf_counter() - t0
+        hf.verify_into(r, None, path, task, f,
+                       *hf.verify_tolerance(options["dtype"], atol, rtol))
     return r
 
 
@@ -97,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         r = None
         if not a.no_cache and a.weights == "empty":
-            r = _from_cache(a, verify, external_data)
+            r = from_cache(a.cache_dir or _program_cache.default_dir(), a.path, a.task,
+                           a.output or os.path.join(a.path, "model.onnx"),
+                           dict(opset=a.opset, target=a.target, dtype=a.dtype,
+                                external_data=external_data, quantize=a.quantize), verify)
         if r is None:
             from . import hf
 

@@ -78,7 +78,8 @@ def default_dir() -> str:
     return os.path.join(base, "pt2onnx", "programs")
 
 
-def _version(dist: str) -> str | None:
+def dist_version(dist: str) -> str | None:
+    """An installed distribution's version from its metadata (nothing imported); None if absent."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -95,7 +96,8 @@ def key_fields(path: str | os.PathLike, task: str, options: dict[str, Any]) -> d
         "config_sha256": config,
         "task": task,
         "options": json.loads(json.dumps(options, sort_keys=True)),
-        "versions": {"torch": _version("torch"), "transformers": _version("transformers"),
+        "versions": {"torch": dist_version("torch"),
+                     "transformers": dist_version("transformers"),
                      "pt2onnx": _core.__version__,
                      "python": "%d.%d" % sys.version_info[:2]},
     }
@@ -171,13 +173,13 @@ def _encode_call(call: dict[str, Any]) -> dict[str, Any] | None:
     out["output_dim_names"] = sorted((k, sorted(v.items()))
                                      for k, v in call["output_dim_names"].items())
     try:
-        text = json.dumps(out, sort_keys=True)
+        stored = json.loads(json.dumps(out, sort_keys=True))
     except (TypeError, ValueError):
         return None
-    back = decode_call(json.loads(text))
+    back = decode_call(stored)
     if any(back[k] != call[k] for k in (*_STORED, "input_dim_names", "output_dim_names")):
         return None  # a value JSON does not keep as it is (a tuple, say)
-    return json.loads(text)
+    return stored
 
 
 def decode_call(stored: dict[str, Any]) -> dict[str, Any]:
@@ -189,20 +191,15 @@ def decode_call(stored: dict[str, Any]) -> dict[str, Any]:
     return call
 
 
-_ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
-             "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "complex64": 8,
-             "complex128": 16, "uint16": 2, "uint32": 4, "uint64": 8,
-             "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1}
+def _extent(view) -> int:
+    """Bytes from a view's address that its elements span. Only called after a capture, so
+    torch is imported already and its dtypes give the element sizes."""
+    import torch
 
-
-def _extent(view) -> int | None:
-    """Bytes from a view's address that its elements span (None: a dtype not listed)."""
     _, _, dtype, sizes, strides, _ = view
-    size = _ITEMSIZE.get(dtype.removeprefix("torch."))
-    if size is None:
-        return None
     if any(s == 0 for s in sizes):
         return 0
+    size = getattr(torch, dtype.removeprefix("torch.")).itemsize
     return (sum((s - 1) * st for s, st in zip(sizes, strides)) + 1) * size
 
 
@@ -228,7 +225,7 @@ def make_part(role: str, program_json: bytes, call: dict[str, Any],
             views.append([name, None, dtype, list(sizes), list(strides), 0])
             continue
         n = _extent(view)
-        if n is None or n > readable:
+        if n > readable:
             return None
         where = at.get((address, n))
         if where is None:
@@ -311,20 +308,20 @@ def lookup(cache_dir: str | os.PathLike, fields: dict[str, Any]) -> dict[str, An
         return None
 
 
-def _views(part: dict[str, Any]):
+def stored_views(part: dict[str, Any]):
     """The weight views of a stored part: fake ones as stored, the others pointing into a
     buffer that must outlive the conversion (returned with them)."""
     buf = bytearray(part["data"]) + b"\0"  # never empty: from_buffer needs a byte
     base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    views = []
+    out = []
     for name, offset, dtype, sizes, strides, n, *_ in part["views"]:
         if offset is None:
-            views.append((name, 0, dtype, sizes, strides, 0))
+            out.append((name, 0, dtype, sizes, strides, 0))
         else:
             if offset + n > len(part["data"]):
                 raise ValueError(f"weight '{name}' lies past the entry's data")
-            views.append((name, base + offset, dtype, sizes, strides, n))
-    return views, buf
+            out.append((name, base + offset, dtype, sizes, strides, n))
+    return out, buf
 
 
 def convert(entry: dict[str, Any], checkpoint: str | os.PathLike,
@@ -337,9 +334,9 @@ def convert(entry: dict[str, Any], checkpoint: str | os.PathLike,
     for part in entry["parts"]:
         t0 = time.perf_counter()
         path = f if not part["role"] else seq2seq_paths(f)[0 if part["role"] == "encoder" else 1]
-        views, buf = _views(part)
+        weights, buf = stored_views(part)
         call = decode_call(part["call"])
-        r = _core.convert(program=part["program"], weights=views, output_path=path,
+        r = _core.convert(program=part["program"], weights=weights, output_path=path,
                           custom_functions=[], source_files=files, source_tensors=[],
                           in_memory=False, progress=None, **call)
         del buf

@@ -42,7 +42,7 @@ import torch
 
 from . import _cli
 from . import _export as _export_mod
-from . import _program_cache
+from . import _pretrained_command, _program_cache
 from . import _verify as _verify_mod
 from ._checkpoint_files import safetensors_files, seq2seq_paths
 from ._pretrained_command import TASKS, main  # noqa: F401 - pt2onnx.hf.main: the command
@@ -524,7 +524,7 @@ def empty_pretrained(path: str | os.PathLike, task: str):
         ValueError: An unknown task.
         FileNotFoundError: `path` holds no config.json or no safetensors file.
     """
-    from ._export import _WeightSource, init_empty_weights
+    from ._export import init_empty_weights
 
     config = _config(path, task)
     with init_empty_weights():
@@ -708,8 +708,9 @@ def export_pretrained(
             verification's max abs error ("max_abs_error") and the input sizes checked
             ("verified_sizes"). With the cache, `checks["program_cache"]` says "hit" or
             "miss" and names the entry's folder (None when the program could not be kept);
-            on a hit the timings start with "cache lookup" and have no "capture". For "seq2seq-with-past" it is the decoder's result, with the
-            encoder's in `checks["encoder"]`.
+            on a hit the timings start with "cache lookup" and have no "capture". For
+            "seq2seq-with-past" it is the decoder's result, with the encoder's in
+            `checks["encoder"]`.
 
     Raises:
         ValueError: An unknown task, `dtype` or `weights` value, or quantize with
@@ -736,15 +737,12 @@ def export_pretrained(
                    quantize=quantize)
     use_cache = cache and weights == "empty"
     cache_dir = _program_cache.default_dir() if cache_dir is None else os.fspath(cache_dir)
+    if use_cache:
+        result = _pretrained_command.from_cache(cache_dir, path, task, f, options, verify,
+                                                atol, rtol)
+        if result is not None:
+            return result
     with _cli.output_folder(os.path.dirname(os.path.abspath(f))):
-        if use_cache:
-            result = _program_cache.export_hit(cache_dir, path, task, f, options)
-            if result is not None:
-                if verify:
-                    t0 = time.perf_counter()
-                    result.checks.update(_verify_pretrained(None, path, task, f, atol, rtol))
-                    result.timings["verify"] = time.perf_counter() - t0
-                return result
         if weights == "empty":
             model, source = empty_pretrained(path, task)
         else:
@@ -752,17 +750,12 @@ def export_pretrained(
         states: list[dict[str, Any]] = []
         result = _export_pretrained_to(model, source, task, f,
                                        dict(options, verbose=verbose), states)
-        if verify:
-            t0 = time.perf_counter()
-            # PyTorch needs the weights to run: with weights="empty" only now loaded
-            result.checks.update(_verify_pretrained(model if source is None else None, path,
-                                                    task, f, atol, rtol))
-            result.timings["verify"] = time.perf_counter() - t0
+        if verify:  # PyTorch needs the weights to run: with weights="empty" loaded only now
+            verify_into(result, model if source is None else None, path, task, f, atol, rtol)
         if use_cache:
             entry = _store_programs(cache_dir, path, task, options, states)
             result.checks["program_cache"] = {"result": "miss", "entry": entry}
         return result
-
 
 
 def _export_pretrained_to(model, source, task, f, export_kw, states):
@@ -787,20 +780,23 @@ def _export_pretrained_to(model, source, task, f, export_kw, states):
             "from_pretrained first)") from None
 
 
-def _verify_pretrained(model, path, task, f, atol, rtol) -> dict[str, Any]:
+def verify_into(result: ExportResult, model, path, task, f, atol, rtol) -> None:
     """export_pretrained's check of the file(s) written at `f` against PyTorch on fresh
-    inputs of other sizes: {"max_abs_error", "verified_sizes"}. `model` None: the
-    checkpoint is loaded (with its weights) here."""
+    inputs of other sizes, into `result`: checks "max_abs_error" and "verified_sizes",
+    timings "verify". `model` None: the checkpoint is loaded (with its weights) here."""
+    t0 = time.perf_counter()
     if model is None:
         model = load_pretrained(path, task)
     if task == "seq2seq-with-past":
-        return _verify_seq2seq_with_past(model, f, atol, rtol)
-    inputs = _TaskInputs(model, task)
-    torch.manual_seed(1)
-    sizes = ([(1, 1, 7), (3, 5, 0), (2, 3, 2)] if task == "text-generation-with-past"
-             else [(1, 5, 0), (3, 11, 0)])
-    return {"max_abs_error": _verify(model, f, inputs, sizes, atol, rtol),
-            "verified_sizes": sizes}
+        result.checks.update(_verify_seq2seq_with_past(model, f, atol, rtol))
+    else:
+        inputs = _TaskInputs(model, task)
+        torch.manual_seed(1)
+        sizes = ([(1, 1, 7), (3, 5, 0), (2, 3, 2)] if task == "text-generation-with-past"
+                 else [(1, 5, 0), (3, 11, 0)])
+        result.checks["max_abs_error"] = _verify(model, f, inputs, sizes, atol, rtol)
+        result.checks["verified_sizes"] = sizes
+    result.timings["verify"] = time.perf_counter() - t0
 
 
 def _store_programs(cache_dir, path, task, options, states) -> str | None:
