@@ -39,6 +39,7 @@
 // int -> float, int64 -> int32 -> int64, float -> float16 -> float, ...).
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <unordered_set>
 
 #include "opt/passes.h"
@@ -140,7 +141,7 @@ bool reshape_is_identity(const GraphIndex& idx, const Node& n) {
 
 class Collapser {
  public:
-  Collapser(Graph& g, const GraphIndex& idx, FreshNames& fresh) : g_(g), idx_(idx), fresh_(fresh) {
+  Collapser(Graph& g, const GraphIndex& idx) : g_(g), idx_(idx) {
     for (auto& o : g.outputs) outputs_.insert(o.name);
   }
 
@@ -157,7 +158,10 @@ class Collapser {
   }
 
   std::string ints(const std::string& base, const std::vector<int64_t>& v) {
-    std::string name = fresh_(base);
+    // The taken names are collected on the first constant a sweep makes:
+    // most sweeps make none. Until finish(), no value of the graph goes away.
+    if (!fresh_) fresh_.emplace(g_);
+    std::string name = (*fresh_)(base);
     const auto n = static_cast<int64_t>(v.size());
     g_.initializers.push_back(Initializer{name, TensorData::from_vector(DType::Int64, {n}, v)});
     g_.types[name] = static_type(DType::Int64, {n});
@@ -238,7 +242,7 @@ class Collapser {
  private:
   Graph& g_;
   const GraphIndex& idx_;
-  FreshNames& fresh_;
+  std::optional<FreshNames> fresh_;
   std::unordered_set<std::string> outputs_;
   std::unordered_set<size_t> touched_, drop_;
   size_t changed_ = 0;
@@ -411,8 +415,7 @@ size_t collapse_layout_chains(Graph& g, const PassOptions&) {
   // Each sweep collapses pairs; a chain of n nodes takes about log2(n) sweeps.
   for (int sweep = 0; sweep < 16; ++sweep) {
     GraphIndex idx(g);
-    FreshNames fresh(g);
-    Collapser c(g, idx, fresh);
+    Collapser c(g, idx);
     for (size_t k = 0; k < g.nodes.size(); ++k) c.visit(k);
     size_t n = c.finish();
     if (!n) break;

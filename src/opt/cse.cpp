@@ -11,38 +11,61 @@ namespace pt2onnx {
 
 namespace {
 
-void append_attr(std::string& key, const Attr& a) {
-  key += a.name;
-  key += '=';
+// Attribute values equal bit for bit (floats included: -0.0 is not 0.0, a
+// NaN equals the same NaN).
+bool same_attr(const Attr& a, const Attr& b) {
+  if (a.name != b.name || a.kind != b.kind || a.ref != b.ref) return false;
+  auto same_bytes = [](const void* x, const void* y, size_t n) {
+    return n == 0 || std::memcmp(x, y, n) == 0;
+  };
   switch (a.kind) {
     case Attr::Kind::Float:
-      key.append(reinterpret_cast<const char*>(&a.f), sizeof a.f);
-      break;
+      return same_bytes(&a.f, &b.f, sizeof a.f);
     case Attr::Kind::Int:
-      key += std::to_string(a.i);
-      break;
+      return a.i == b.i;
     case Attr::Kind::String:
-      key += a.s;
-      break;
+      return a.s == b.s;
     case Attr::Kind::Floats:
-      key.append(reinterpret_cast<const char*>(a.floats.data()), a.floats.size() * sizeof(float));
-      break;
+      return a.floats.size() == b.floats.size() &&
+             same_bytes(a.floats.data(), b.floats.data(), a.floats.size() * sizeof(float));
     case Attr::Kind::Ints:
-      for (auto v : a.ints) key.append(std::to_string(v)).append(",");
-      break;
+      return a.ints == b.ints;
     case Attr::Kind::Strings:
-      for (auto& s : a.strings) key.append(s).append("\x1f");
-      break;
+      return a.strings == b.strings;
     case Attr::Kind::Graph:  // not reached: nodes with graphs are never merged
-      key.append(std::to_string(reinterpret_cast<uintptr_t>(a.g.get())));
-      break;
+      return a.g == b.g;
     case Attr::Kind::Tensor:
-      key.append(std::to_string(static_cast<int>(a.t->dtype))).append(":");
-      for (auto d : a.t->dims) key.append(std::to_string(d)).append(",");
-      key.append(reinterpret_cast<const char*>(a.t->bytes()), a.t->nbytes());
-      break;
+      return a.t->dtype == b.t->dtype && a.t->dims == b.t->dims && a.t->nbytes() == b.t->nbytes() &&
+             same_bytes(a.t->bytes(), b.t->bytes(), a.t->nbytes());
   }
-  key += '\x1e';
+  return false;
+}
+
+// Same op on the same inputs with the same attributes (in the same order).
+bool same_computation(const Node& a, const Node& b) {
+  if (a.op_type != b.op_type || a.domain != b.domain || a.inputs != b.inputs ||
+      a.outputs.size() != b.outputs.size() || a.attrs.size() != b.attrs.size())
+    return false;
+  for (size_t i = 0; i < a.attrs.size(); ++i)
+    if (!same_attr(a.attrs[i], b.attrs[i])) return false;
+  return true;
+}
+
+// A hash of what same_computation compares (attribute values by name and
+// kind only: equal hashes are compared in full anyway).
+size_t node_hash(const Node& n) {
+  std::hash<std::string_view> h;
+  size_t x = h(n.op_type) * 31 + n.outputs.size();
+  auto mix = [&x](size_t v) { x ^= v + 0x9e3779b97f4a7c15ULL + (x << 6) + (x >> 2); };
+  for (auto& in : n.inputs) mix(h(in));
+  for (auto& a : n.attrs) {
+    mix(h(a.name));
+    mix(static_cast<size_t>(a.kind));
+    if (a.kind == Attr::Kind::Int) mix(static_cast<size_t>(a.i));
+    if (a.kind == Attr::Kind::Ints)
+      for (auto v : a.ints) mix(static_cast<size_t>(v));
+  }
+  return x;
 }
 
 }  // namespace
@@ -77,36 +100,40 @@ size_t eliminate_common_subexpressions(Graph& g) {
   }
 
   // 2. Identical nodes, in order (inputs are already renamed when reached).
-  std::unordered_map<std::string, size_t> seen;
-  std::vector<Node> kept;
-  kept.reserve(g.nodes.size());
-  for (auto& n : g.nodes) {
+  // Nodes are bucketed by a hash of what makes them equal and compared
+  // directly, and kept nodes are compacted in place: no key string or moved
+  // copy per node (this pass runs up to four times on every graph).
+  std::unordered_map<size_t, std::vector<size_t>> seen;  // hash -> kept positions
+  seen.reserve(g.nodes.size());
+  size_t w = 0;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    Node& n = g.nodes[k];
     // Inputs, and what the node's nested graphs read, follow the renames.
     rename_uses_in_node(n, rename);
     // Never merged: graphs are not compared; a custom domain's op may have
     // side effects or be random, which we cannot know.
-    if (n.has_subgraphs() || !n.domain.empty()) {
-      kept.push_back(std::move(n));
-      continue;
+    bool mergeable = !n.has_subgraphs() && n.domain.empty();
+    if (mergeable) {
+      bool pinned = false;
+      for (auto& o : n.outputs) pinned |= outputs.count(o) > 0;
+      auto& bucket = seen[node_hash(n)];
+      const Node* first = nullptr;
+      for (size_t j : bucket)
+        if (same_computation(g.nodes[j], n)) {
+          first = &g.nodes[j];
+          break;
+        }
+      if (first && !pinned) {
+        for (size_t o = 0; o < n.outputs.size(); ++o) rename[n.outputs[o]] = first->outputs[o];
+        ++changed;
+        continue;
+      }
+      if (!first) bucket.push_back(w);
     }
-    bool pinned = false;
-    for (auto& o : n.outputs) pinned |= outputs.count(o) > 0;
-    std::string key;
-    key.append(n.domain).append("|").append(n.op_type).append("|");
-    for (auto& in : n.inputs) key.append(in).append("\x1f");
-    key.append("|").append(std::to_string(n.outputs.size())).append("|");
-    for (auto& a : n.attrs) append_attr(key, a);
-    auto it = seen.find(key);
-    if (it != seen.end() && !pinned) {
-      const Node& first = kept[it->second];
-      for (size_t k = 0; k < n.outputs.size(); ++k) rename[n.outputs[k]] = first.outputs[k];
-      ++changed;
-      continue;
-    }
-    if (it == seen.end()) seen.emplace(std::move(key), kept.size());
-    kept.push_back(std::move(n));
+    if (w != k) g.nodes[w] = std::move(n);
+    ++w;
   }
-  g.nodes = std::move(kept);
+  g.nodes.resize(w);
   return changed;
 }
 

@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <functional>
+#include <iterator>
 #include <unordered_set>
 
 #include "ir/check_structure.h"
@@ -42,7 +44,10 @@ size_t run_checked(const char* name, Graph& g, Args... args) {
 
 // Folding exposes identical constants and nodes to CSE; CSE and folding
 // leave dead nodes for remove_unused. Two rounds reach the fixed point on
-// the graphs converters emit; more rounds only cost time.
+// the graphs converters emit; more rounds only cost time. A pass is not run
+// again on a graph no pass has changed since it last ran and found nothing:
+// passes are deterministic, so it would find nothing again (each pass's
+// count is what says the graph changed, as for the fixed point itself).
 void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
   static const std::pair<const char*, Pass> kPasses[] = {
       {"fold_constants", fold_constants},
@@ -53,14 +58,27 @@ void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
       {"eliminate_common_subexpressions", eliminate_common_subexpressions},
       {"remove_unused", remove_unused},
   };
+  constexpr size_t kCount = std::size(kPasses);
+  // Passes run since the graph last changed, each of which found nothing.
+  size_t idle_since_change = 0;
+  bool idle[kCount] = {};
   for (int round = 0; round < 2; ++round) {
     size_t changed = 0;
-    for (auto& [name, fn] : kPasses) {
+    for (size_t p = 0; p < kCount; ++p) {
+      auto& [name, fn] = kPasses[p];
+      if (idle[p]) continue;  // the graph is as it left it
       size_t n = run_checked(name, g, fn);
       changed += n;
       log.emplace_back(name, n);
+      if (n) {
+        std::fill(std::begin(idle), std::end(idle), false);
+        idle_since_change = 0;
+      } else {
+        idle[p] = true;
+        ++idle_since_change;
+      }
     }
-    if (!changed) break;
+    if (!changed || idle_since_change == kCount) break;
   }
 }
 

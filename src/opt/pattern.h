@@ -8,7 +8,10 @@
 // the values inside a pattern to be read only inside it, so nothing is
 // computed twice.
 #pragma once
+#include <cstdint>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -32,7 +35,7 @@ class GraphIndex {
   size_t readers(const std::string& v) const;
   bool is_graph_output(const std::string& v) const;
   // The nodes reading `v` as an input, in graph order (each node once).
-  const std::vector<size_t>& consumers(const std::string& v) const;
+  std::span<const size_t> consumers(const std::string& v) const;
 
   // The initializer named `v`, or nullptr.
   const TensorData* constant(const std::string& v) const;
@@ -48,22 +51,31 @@ class GraphIndex {
 
  private:
   static constexpr size_t kNone = static_cast<size_t>(-1);
-  // Everything known of one value name, in one map: each name is hashed and
-  // copied once per build (five maps did it up to four times; every pass
-  // builds an index, bench/node_scaling.md).
+  // Everything known of one value name. Every pass builds an index
+  // (bench/node_scaling.md), so the build makes no allocation per value:
+  // names are copied into one arena, found through an open-addressing table
+  // of value ids, and the consumer lists of all values share one array.
   struct Value {
+    std::string_view name;  // in arena_
+    size_t hash = 0;
     size_t producer = kNone;
     size_t initializer = kNone;
     size_t readers = 0;
+    size_t last_reader = kNone;  // the last node counted in consumers (build only)
+    uint32_t first_consumer = 0, n_consumers = 0;  // in consumers_
     bool output = false;
-    std::vector<size_t> consumers;
   };
-  const Value* find(const std::string& v) const {
-    auto it = values_.find(v);
-    return it == values_.end() ? nullptr : &it->second;
-  }
+  const Value* find(const std::string& v) const;
+  // The id of `v`, added when new.
+  uint32_t intern(const std::string& v);
+  void grow();
   const Graph& g_;
-  std::unordered_map<std::string, Value> values_;
+  std::vector<Value> values_;
+  std::vector<uint32_t> slots_;  // value id + 1; 0 = empty; size a power of two
+  std::vector<std::unique_ptr<char[]>> arena_;
+  size_t arena_left_ = 0;
+  char* arena_next_ = nullptr;
+  std::vector<size_t> consumers_;
 };
 
 // True when `n` is the default-domain op `op` (any opset).

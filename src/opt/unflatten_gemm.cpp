@@ -15,6 +15,8 @@
 // viewed per head). Emits MatMul(X, B), Add(C), and the outer Reshape again
 // in the per-head case.
 // Runs before the fusions, on both targets.
+#include <algorithm>
+
 #include "opt/passes.h"
 #include "opt/pattern.h"
 
@@ -35,6 +37,10 @@ float float_attr(const Node& n, std::string_view name, float dflt) {
 }  // namespace
 
 size_t unflatten_gemm(Graph& g, const PassOptions&) {
+  // Most graphs have no Gemm (torch.export keeps Linear as addmm only on 2-D
+  // inputs): a scan of the op types costs far less than the index.
+  if (std::none_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return is_op(&n, "Gemm"); }))
+    return 0;
   GraphIndex ix(g);
   Rewriter rw(g);
   size_t changed = 0;
