@@ -29,6 +29,9 @@ class Pt2Archive {
                                                  const std::string& what);
 
   std::string_view program_json() const { return json_; }
+  // The program JSON lies in the archive's read-only file mapping (an archive
+  // opened from a file): its pages may be dropped once read.
+  bool program_json_in_file() const { return file_ != nullptr; }
   // "<archive>: <entry>" of the program JSON, for error messages.
   const std::string& program_source() const { return json_source_; }
   const Weights& weights() const { return weights_; }

@@ -179,6 +179,10 @@ std::vector<std::pair<std::string, PayloadEntry>> parse_payload_config(std::stri
 
 // Parses the ExportedProgram JSON (what torch.export.save writes as
 // models/model.json). `source` names the input in error messages.
-Program parse_program(std::string_view json, const std::string& source = "model.json");
+// `json_in_file`: the JSON lies in a read-only private file mapping, whose
+// pages are dropped from memory once parsed (read again from the file if
+// touched again): the parsed document holds copies of its strings.
+Program parse_program(std::string_view json, const std::string& source = "model.json",
+                      bool json_in_file = false);
 
 }  // namespace pt2onnx::schema
