@@ -250,7 +250,7 @@ bench-pt2: cpp
 	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PY) bench/pt2_convert.py
 # The C++ core's read / convert / optimize / write per node on generated .pt2 archives of ~5k to
 # ~200k nodes (one block exported by torch.export, its nodes repeated in the archive's JSON; kept
-# in /work/bench-node-data), peak RSS per node, linearity, perf + heaptrack profiles (~10 min;
+# in build/bench-node-data), peak RSS per node, linearity, perf + heaptrack profiles (~10 min;
 # writes bench/node_scaling.md, .json; not in CI). NODES_ARGS=--quick: 5k and 20k, to the data folder.
 NODES_ARGS ?= --profile
 bench-nodes: cpp

@@ -3,7 +3,7 @@ per node on generated `.pt2` archives of ~5k to ~200k nodes, with the `pt2onnx` 
 
     python bench/node_scaling.py [--runs 3] [--sizes 5000,20000,...] [--profile] [--quick]
 
-Archives (cached in /work/bench-node-data, or $NODE_SCALING_DATA; kept for reruns):
+Archives (cached in build/bench-node-data, or $NODE_SCALING_DATA; kept for reruns):
   * one block model is exported once with torch.export (static shapes): a transformer-like block
     (layer_norm, linear, view/permute/unbind, matmul, softmax, transpose/reshape, add, gelu, relu,
     mean, pow, rsqrt, mul) looped BLOCK_LOOPS times with shared weights, ~2.5k FX nodes;
@@ -43,7 +43,7 @@ import zipfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CLI = os.environ.get("PT2ONNX_CLI", os.path.join(ROOT, "build", "cpp", "pt2onnx"))
-DATA = os.environ.get("NODE_SCALING_DATA", "/work/bench-node-data")
+DATA = os.environ.get("NODE_SCALING_DATA", os.path.join(ROOT, "build", "bench-node-data"))
 SIZES = [5000, 20000, 50000, 100000, 200000]
 BLOCK_LOOPS = 86  # 29 FX nodes per loop: 2494 nodes
 INPUT_SHAPE = (2, 8, 32)
