@@ -47,6 +47,15 @@ std::string_view Pt2Archive::entry_text(const ZipEntry& e) const {
   return std::string_view(reinterpret_cast<const char*>(zip_->data(e)), e.size);
 }
 
+schema::JsonPlace Pt2Archive::program_json_place() const {
+  schema::JsonPlace place;
+  if (!file_ || json_.empty()) return place;  // bytes the caller owns: nothing is known past them
+  place.in_file = true;
+  const auto end = reinterpret_cast<uintptr_t>(json_.data() + json_.size());
+  place.readable_after = reinterpret_cast<uintptr_t>(data_ + size_) - end;
+  return place;
+}
+
 void Pt2Archive::load() {
   zip_ = std::make_unique<ZipReader>(data_, size_, what_);
   if (zip_->entries().empty()) throw Error(what_ + ": the archive is empty");

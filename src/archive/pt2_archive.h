@@ -18,6 +18,7 @@
 #include "archive/zip_reader.h"
 #include "ir/dtype.h"
 #include "pt2onnx/pt2onnx.h"
+#include "schema/program.h"
 
 namespace pt2onnx {
 
@@ -29,9 +30,8 @@ class Pt2Archive {
                                                  const std::string& what);
 
   std::string_view program_json() const { return json_; }
-  // The program JSON lies in the archive's read-only file mapping (an archive
-  // opened from a file): its pages may be dropped once read.
-  bool program_json_in_file() const { return file_ != nullptr; }
+  // Where the program JSON lies, for reading it in place (schema::JsonPlace).
+  schema::JsonPlace program_json_place() const;
   // "<archive>: <entry>" of the program JSON, for error messages.
   const std::string& program_source() const { return json_source_; }
   const Weights& weights() const { return weights_; }

@@ -34,7 +34,7 @@ Result convert_opened(const Pt2Archive& a, const std::string& output_path, const
                       double open_seconds) {
   Result r = noting_newer_schema(a.program_json(), [&] {
     return convert_program_from(a.program_json(), a.program_source(), a.weights(), output_path,
-                                options, a.program_json_in_file());
+                                options, a.program_json_place());
   });
   r.timings.insert(r.timings.begin(), {"open", open_seconds});
   return r;

@@ -235,9 +235,9 @@ Result convert_read_program(const ProgramReader& read, const Weights& weights,
 
 Result convert_program_from(std::string_view program_json, const std::string& source,
                             const Weights& weights, const std::string& output_path,
-                            const Options& options, bool json_in_file) {
-  return convert_read([&] { return schema::parse_program(program_json, source, json_in_file); },
-                      weights, output_path, options);
+                            const Options& options, schema::JsonPlace place) {
+  return convert_read([&] { return schema::parse_program(program_json, source, place); }, weights,
+                      output_path, options);
 }
 
 namespace {

@@ -16,10 +16,9 @@ namespace pt2onnx {
 
 using ProgramReader = std::function<schema::Program()>;
 
-// `json_in_file`: see schema::parse_program.
 Result convert_program_from(std::string_view program_json, const std::string& source,
                             const Weights& weights, const std::string& output_path,
-                            const Options& options, bool json_in_file = false);
+                            const Options& options, schema::JsonPlace place = {});
 
 // With weights taken from `source` as well (see WeightSource).
 Result convert_read_program(const ProgramReader& read, const Weights& weights,

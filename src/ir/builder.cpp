@@ -7,16 +7,12 @@
 namespace pt2onnx {
 
 std::string GraphBuilder::fresh_name(const std::string& base) {
-  if (!name_taken(base)) {
-    used_.insert(base);
-    return base;
-  }
+  if (!reserved_.contains(base) && used_.insert(base).second) return base;
   int& k = name_counter_[base];
   std::string n;
   do {
     n = base + "__" + std::to_string(k++);
-  } while (name_taken(n));
-  used_.insert(n);
+  } while (reserved_.contains(n) || !used_.insert(n).second);
   return n;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/name_set.h"
 
 namespace pt2onnx {
 
@@ -22,9 +23,9 @@ class GraphBuilder {
   // Names that must stay free for values that will be bound later (FX names).
   void reserve_name(const std::string& n) { reserved_.insert(n); }
   std::string fresh_name(const std::string& base);
-  bool name_taken(const std::string& n) const { return used_.count(n) || reserved_.count(n); }
+  bool name_taken(const std::string& n) const { return used_.contains(n) || reserved_.contains(n); }
   void claim_name(const std::string& n) { used_.insert(n); }
-  bool is_used(const std::string& n) const { return used_.count(n) > 0; }
+  bool is_used(const std::string& n) const { return used_.contains(n); }
 
   // Origin stamped on nodes created from now on (module_stack: the FX
   // node's nn_module_stack).
@@ -97,12 +98,22 @@ class GraphBuilder {
   int opset_;
   Graph graph_;
   std::vector<Graph> outer_;  // enclosing scopes, outermost first
-  std::unordered_set<std::string> used_, reserved_;
+  // The next suffix to try after each base name (fresh_name, node_name).
+  struct Counters {
+    NameSet bases;
+    std::vector<int> next;
+    int& operator[](std::string_view base) {
+      uint32_t id = bases.insert(base).first;
+      if (id == next.size()) next.push_back(0);
+      return next[id];
+    }
+  };
+  NameSet used_, reserved_;
   std::unordered_map<std::string, size_t> initializer_index_;
   std::map<std::string, std::string> const_cache_;  // content key -> name
-  std::unordered_map<std::string, int> name_counter_;
-  std::unordered_set<std::string> node_names_;  // node_name()'s namespace
-  std::unordered_map<std::string, int> node_counter_;
+  Counters name_counter_;
+  NameSet node_names_;  // node_name()'s namespace
+  Counters node_counter_;
   std::string fx_node_, fx_target_, module_path_;
   std::shared_ptr<const std::string> module_stack_;
   int node_seq_ = 0;

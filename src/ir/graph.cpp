@@ -547,7 +547,10 @@ ValueType static_type(DType t, const std::vector<int64_t>& dims) {
   return ValueType{t, std::move(s)};
 }
 
-FreshNames::FreshNames(const Graph& g) { collect(g); }
+FreshNames::FreshNames(const Graph& g) {
+  used_.reserve(g.inputs.size() + g.initializers.size() + g.types.size());
+  collect(g);
+}
 
 void FreshNames::collect(const Graph& g) {
   for (auto& i : g.inputs) used_.insert(i.name);
@@ -560,9 +563,12 @@ void FreshNames::collect(const Graph& g) {
 }
 
 std::string FreshNames::operator()(const std::string& base) {
-  std::string n = base;
-  for (int k = 1; used_.count(n); ++k) n = base + "_" + std::to_string(k);
-  used_.insert(n);
+  if (used_.insert(base).second) return base;
+  std::string n;
+  int k = 1;
+  do {
+    n = base + "_" + std::to_string(k++);
+  } while (!used_.insert(n).second);
   return n;
 }
 

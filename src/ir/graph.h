@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/dtype.h"
+#include "ir/name_set.h"
 
 namespace pt2onnx {
 
@@ -251,7 +252,7 @@ class FreshNames {
 
  private:
   void collect(const Graph& g);
-  std::unordered_set<std::string> used_;
+  NameSet used_;
 };
 
 // Replaces every read of `from` by `to` in the nodes of `g` and of all graphs

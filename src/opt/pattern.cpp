@@ -5,21 +5,11 @@
 
 namespace pt2onnx {
 
-namespace {
-
-// Fibonacci hashing spreads std::hash's value over the table's bits.
-size_t slot_of(size_t hash, size_t mask) { return (hash * 0x9e3779b97f4a7c15ULL >> 17) & mask; }
-
-}  // namespace
-
 GraphIndex::GraphIndex(const Graph& g) : g_(g) {
-  size_t expected = g.initializers.size() + 2 * g.nodes.size() + g.outputs.size() + 16;
+  const size_t expected = g.initializers.size() + 2 * g.nodes.size() + g.outputs.size();
+  names_.reserve(expected);
   values_.reserve(expected);
-  size_t cap = 64;
-  while (cap < 2 * expected) cap *= 2;
-  slots_.assign(cap, 0);
-  for (size_t k = 0; k < g.initializers.size(); ++k)
-    values_[intern(g.initializers[k].name)].initializer = k;
+  for (size_t k = 0; k < g.initializers.size(); ++k) at(g.initializers[k].name).initializer = k;
   // Each (value, reading node) pair once, in node order: the consumer lists
   // are filled from it once every list's length is known.
   struct Read {
@@ -32,7 +22,7 @@ GraphIndex::GraphIndex(const Graph& g) : g_(g) {
     const Node& n = g.nodes[k];
     for (auto& in : n.inputs) {
       if (in.empty()) continue;
-      uint32_t id = intern(in);
+      const uint32_t id = id_of(in);
       Value& v = values_[id];
       ++v.readers;
       if (v.last_reader != k) {
@@ -42,74 +32,25 @@ GraphIndex::GraphIndex(const Graph& g) : g_(g) {
       }
     }
     for (const Graph* s : subgraphs(n))
-      for (auto& v : outer_reads(*s)) ++values_[intern(v)].readers;
+      for (auto& v : outer_reads(*s)) ++at(v).readers;
     for (auto& o : n.outputs)
-      if (!o.empty()) values_[intern(o)].producer = k;
+      if (!o.empty()) at(o).producer = k;
   }
   for (auto& o : g.outputs) {
-    Value& v = values_[intern(o.name)];
+    Value& v = at(o.name);
     ++v.readers;
     v.output = true;
   }
-  uint32_t at = 0;
+  uint32_t next = 0;
   for (Value& v : values_) {
-    v.first_consumer = at;
-    at += v.n_consumers;
+    v.first_consumer = next;
+    next += v.n_consumers;
     v.n_consumers = 0;
   }
-  consumers_.resize(at);
+  consumers_.resize(next);
   for (const Read& r : reads) {
     Value& v = values_[r.value];
     consumers_[v.first_consumer + v.n_consumers++] = r.node;
-  }
-}
-
-uint32_t GraphIndex::intern(const std::string& v) {
-  if (2 * (values_.size() + 1) > slots_.size()) grow();
-  const size_t h = std::hash<std::string_view>{}(v);
-  const size_t mask = slots_.size() - 1;
-  for (size_t s = slot_of(h, mask);; s = (s + 1) & mask) {
-    uint32_t id = slots_[s];
-    if (!id) {
-      if (arena_left_ < v.size()) {
-        size_t chunk = std::max<size_t>(v.size(), size_t{1} << 20);
-        arena_.push_back(std::make_unique<char[]>(chunk));
-        arena_next_ = arena_.back().get();
-        arena_left_ = chunk;
-      }
-      std::memcpy(arena_next_, v.data(), v.size());
-      Value x;
-      x.name = std::string_view(arena_next_, v.size());
-      x.hash = h;
-      arena_next_ += v.size();
-      arena_left_ -= v.size();
-      values_.push_back(x);
-      slots_[s] = static_cast<uint32_t>(values_.size());
-      return static_cast<uint32_t>(values_.size() - 1);
-    }
-    const Value& x = values_[id - 1];
-    if (x.hash == h && x.name == v) return id - 1;
-  }
-}
-
-void GraphIndex::grow() {
-  slots_.assign(slots_.size() * 2, 0);
-  const size_t mask = slots_.size() - 1;
-  for (size_t id = 0; id < values_.size(); ++id) {
-    size_t s = slot_of(values_[id].hash, mask);
-    while (slots_[s]) s = (s + 1) & mask;
-    slots_[s] = static_cast<uint32_t>(id + 1);
-  }
-}
-
-const GraphIndex::Value* GraphIndex::find(const std::string& v) const {
-  const size_t h = std::hash<std::string_view>{}(v);
-  const size_t mask = slots_.size() - 1;
-  for (size_t s = slot_of(h, mask);; s = (s + 1) & mask) {
-    uint32_t id = slots_[s];
-    if (!id) return nullptr;
-    const Value& x = values_[id - 1];
-    if (x.hash == h && x.name == v) return &x;
   }
 }
 

@@ -9,7 +9,6 @@
 // computed twice.
 #pragma once
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/name_set.h"
 
 namespace pt2onnx {
 
@@ -51,13 +51,10 @@ class GraphIndex {
 
  private:
   static constexpr size_t kNone = static_cast<size_t>(-1);
-  // Everything known of one value name. Every pass builds an index
-  // (bench/node_scaling.md), so the build makes no allocation per value:
-  // names are copied into one arena, found through an open-addressing table
-  // of value ids, and the consumer lists of all values share one array.
+  // Everything known of one value name, by its id in names_. Every pass
+  // builds an index (bench/node_scaling.md), so the build makes no
+  // allocation per value: the consumer lists of all values share one array.
   struct Value {
-    std::string_view name;  // in arena_
-    size_t hash = 0;
     size_t producer = kNone;
     size_t initializer = kNone;
     size_t readers = 0;
@@ -65,16 +62,20 @@ class GraphIndex {
     uint32_t first_consumer = 0, n_consumers = 0;  // in consumers_
     bool output = false;
   };
-  const Value* find(const std::string& v) const;
-  // The id of `v`, added when new.
-  uint32_t intern(const std::string& v);
-  void grow();
+  const Value* find(const std::string& v) const {
+    uint32_t id = names_.find(v);
+    return id == NameSet::kNone ? nullptr : &values_[id];
+  }
+  // The id of `v` (its facts: values_[id]), added when new.
+  uint32_t id_of(const std::string& v) {
+    uint32_t id = names_.insert(v).first;
+    if (id == values_.size()) values_.emplace_back();
+    return id;
+  }
+  Value& at(const std::string& v) { return values_[id_of(v)]; }
   const Graph& g_;
+  NameSet names_;
   std::vector<Value> values_;
-  std::vector<uint32_t> slots_;  // value id + 1; 0 = empty; size a power of two
-  std::vector<std::unique_ptr<char[]>> arena_;
-  size_t arena_left_ = 0;
-  char* arena_next_ = nullptr;
   std::vector<size_t> consumers_;
 };
 

@@ -177,12 +177,20 @@ struct PayloadEntry {
 std::vector<std::pair<std::string, PayloadEntry>> parse_payload_config(std::string_view json,
                                                                        const std::string& source);
 
+// Where a program's JSON lies, so that it can be parsed without a copy.
+struct JsonPlace {
+  // In a read-only private file mapping: its pages are dropped from memory
+  // once parsed (read again from the file if touched again; the parsed
+  // document holds copies of its strings).
+  bool in_file = false;
+  // Bytes past its end known to be readable (the rest of a mapped archive),
+  // besides those of its last page.
+  size_t readable_after = 0;
+};
+
 // Parses the ExportedProgram JSON (what torch.export.save writes as
 // models/model.json). `source` names the input in error messages.
-// `json_in_file`: the JSON lies in a read-only private file mapping, whose
-// pages are dropped from memory once parsed (read again from the file if
-// touched again): the parsed document holds copies of its strings.
 Program parse_program(std::string_view json, const std::string& source = "model.json",
-                      bool json_in_file = false);
+                      JsonPlace place = {});
 
 }  // namespace pt2onnx::schema

@@ -108,7 +108,7 @@ std::string locate_bad_number(std::string_view json) {
 // JSON is parsed where it lies instead of copied (a program's JSON is over a
 // KB per node: bench/node_scaling.md). AddressSanitizer would report the
 // read past the end, so sanitized builds always copy.
-bool padding_readable(std::string_view json) {
+bool padding_readable(std::string_view json, size_t readable_after) {
 #if defined(__SANITIZE_ADDRESS__)
   return false;
 #elif defined(__has_feature)
@@ -117,15 +117,17 @@ bool padding_readable(std::string_view json) {
 #endif
 #endif
   if (json.empty()) return false;
+  if (readable_after >= simdjson::SIMDJSON_PADDING) return true;
   static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto last = reinterpret_cast<uintptr_t>(json.data() + json.size() - 1);
   return last % page + simdjson::SIMDJSON_PADDING < page;
 }
 
 simdjson::dom::element parse_json(simdjson::dom::parser& parser, std::string_view json,
-                                  const std::string& source) {
+                                  const std::string& source, size_t readable_after = 0) {
   simdjson::dom::element root;
-  auto err = parser.parse(json.data(), json.size(), !padding_readable(json)).get(root);
+  auto err =
+      parser.parse(json.data(), json.size(), !padding_readable(json, readable_after)).get(root);
   if (err) {
     std::string where;
     if (err == simdjson::NUMBER_ERROR || err == simdjson::NUMBER_OUT_OF_RANGE)
@@ -203,10 +205,10 @@ std::vector<std::pair<std::string, PayloadEntry>> parse_payload_config(std::stri
   return out;
 }
 
-Program parse_program(std::string_view json, const std::string& source, bool json_in_file) {
+Program parse_program(std::string_view json, const std::string& source, JsonPlace place) {
   simdjson::dom::parser parser;
-  simdjson::dom::element root = parse_json(parser, json, source);
-  if (json_in_file) {
+  simdjson::dom::element root = parse_json(parser, json, source, place.readable_after);
+  if (place.in_file) {
     // Whole pages inside the JSON only: the neighbouring entries may be in use.
     static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
     const auto b = (reinterpret_cast<uintptr_t>(json.data()) + page - 1) & ~(page - 1);

@@ -10,6 +10,7 @@
 #include "ir/builder.h"
 #include "onnx/model_writer.h"
 #include "opt/passes.h"
+#include "opt/pattern.h"
 
 using namespace pt2onnx;
 
@@ -82,6 +83,80 @@ TEST(Passes, CseRespectsAttributes) {
   Graph graph = b.take();
   EXPECT_EQ(eliminate_common_subexpressions(graph), 0u);
   EXPECT_EQ(graph.nodes.size(), 3u);
+}
+
+// Float attributes compare bit for bit: -0.0 is not 0.0 (a LeakyRelu of
+// alpha -0.0 differs in the sign of its zeros), one NaN equals the same NaN.
+TEST(Passes, CseComparesFloatAttributesBitForBit) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::of(4)}));
+  std::string a = b.op("LeakyRelu", {"x"}, {Attr::Float("alpha", 0.0f)});
+  std::string c = b.op("LeakyRelu", {"x"}, {Attr::Float("alpha", -0.0f)});
+  std::string d = b.op("LeakyRelu", {"x"}, {Attr::Float("alpha", std::nanf(""))});
+  std::string e = b.op("LeakyRelu", {"x"}, {Attr::Float("alpha", std::nanf(""))});
+  std::string s = b.op("Sum", {a, c, d, e});
+  b.add_output(s, b.type(s));
+  Graph graph = b.take();
+  EXPECT_EQ(eliminate_common_subexpressions(graph), 1u);
+  ASSERT_EQ(graph.nodes.size(), 4u);
+  const Node& sum = graph.nodes.back();
+  EXPECT_NE(sum.inputs[0], sum.inputs[1]);
+  EXPECT_EQ(sum.inputs[2], sum.inputs[3]);
+}
+
+// Merges follow through chains in one run (a merged node's readers see the
+// kept value), and a graph output is never merged away.
+TEST(Passes, CseMergesChainsAndKeepsGraphOutputs) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::of(4)}));
+  std::string a1 = b.op("Relu", {"x"});
+  std::string a2 = b.op("Relu", {"x"});
+  std::string n1 = b.op("Neg", {a1}, {Attr::Ints("unused", {1, 2})});
+  std::string n2 = b.op("Neg", {a2}, {Attr::Ints("unused", {1, 2})});
+  std::string n3 = b.op("Neg", {a2}, {Attr::Ints("unused", {1, 3})});
+  std::string o1 = b.op("Sigmoid", {n1});
+  std::string o2 = b.op("Sigmoid", {n2});
+  b.add_output(b.op("Sum", {n1, n2, n3}), f32({Dim::of(4)}));
+  b.add_output(o1, b.type(o1));
+  b.add_output(o2, b.type(o2));
+  Graph graph = b.take();
+  // a2 -> a1, n2 -> n1; n3 differs in an attribute; o2 equals o1 but is an output.
+  EXPECT_EQ(eliminate_common_subexpressions(graph), 2u);
+  ASSERT_EQ(graph.nodes.size(), 6u);
+  EXPECT_EQ(graph.nodes[2].inputs[0], a1);  // n3 reads the kept Relu
+  EXPECT_EQ(graph.nodes[4].outputs[0], o2);
+  EXPECT_EQ(graph.nodes[4].inputs[0], n1);
+}
+
+// The index over many values (its table grows past its first size): producer,
+// readers (each occurrence) and consumers (each node once, in order).
+TEST(Passes, GraphIndexCountsReadsAndConsumers) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::of(4)}));
+  std::vector<std::string> v{"x"};
+  for (int k = 0; k < 3000; ++k) v.push_back(b.op("Add", {v.back(), k % 7 ? v.back() : "x"}));
+  b.add_output(v.back(), b.type(v.back()));
+  Graph graph = b.take();
+  GraphIndex ix(graph);
+  for (size_t k = 1; k < v.size(); ++k) {
+    ASSERT_EQ(ix.producer_index(v[k]), k - 1);
+    const bool twice = k < v.size() - 1 && (k % 7) != 0;  // node k reads v[k] twice
+    if (k == v.size() - 1) continue;
+    EXPECT_EQ(ix.readers(v[k]), twice ? 2u : 1u) << v[k];
+    auto cs = ix.consumers(v[k]);
+    ASSERT_EQ(cs.size(), 1u);
+    EXPECT_EQ(cs[0], k);
+  }
+  // x: read twice by node 0, once by every seventh node after it.
+  auto cx = ix.consumers("x");
+  ASSERT_EQ(cx.size(), 1u + 2999u / 7);
+  EXPECT_EQ(cx[0], 0u);
+  EXPECT_EQ(cx[1], 7u);
+  EXPECT_EQ(ix.readers("x"), 2u + 2999u / 7);
+  EXPECT_TRUE(ix.is_graph_output(v.back()));
+  EXPECT_EQ(ix.readers(v.back()), 1u);
+  EXPECT_EQ(ix.producer("nothing"), nullptr);
+  EXPECT_TRUE(ix.consumers("nothing").empty());
 }
 
 TEST(Passes, RemovesIdentityAndDeadCode) {
