@@ -612,9 +612,6 @@ void replace_uses_deep(Graph& g, const std::string& from, const std::string& to)
   for (auto& n : g.nodes) replace_uses_in_node(n, from, to);
 }
 
-const ValueType* Graph::type_of(const std::string& v) const {
-  auto it = types.find(v);
-  return it == types.end() ? nullptr : &it->second;
-}
+const ValueType* Graph::type_of(const std::string& v) const { return types.get(v); }
 
 }  // namespace pt2onnx

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/dtype.h"
+#include "ir/name_map.h"
 #include "ir/name_set.h"
 
 namespace pt2onnx {
@@ -224,7 +225,7 @@ struct Graph {
   std::vector<Initializer> initializers;
   std::vector<GraphIO> inputs;
   std::vector<GraphIO> outputs;
-  std::unordered_map<std::string, ValueType> types;  // every known value
+  NameMap<ValueType> types;  // every known value
   // Model-local functions (main graph only), written as ModelProto.functions.
   std::vector<Function> functions;
 

@@ -514,7 +514,8 @@ class Converter {
 
     // Types: every float32 value not kept becomes the target type.
     for (auto& [name, t] : g.types)
-      if (t.dtype == DType::Float && !keep32.count(name) && !made32.count(name)) {
+      if (t.dtype == DType::Float && !keep32.count(std::string(name)) &&
+          !made32.count(std::string(name))) {
         t.dtype = to_;
         ++changed;
       }

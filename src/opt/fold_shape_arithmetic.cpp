@@ -187,14 +187,24 @@ class Folder {
         f.zero = std::all_of(c->begin(), c->end(), [](int64_t x) { return x == 0; });
       }
     }
-    facts_[v] = f;
+    learn(v, f);
     return f;
+  }
+
+  // Only what says something is kept: most values are float tensors, whose
+  // fact is the default, which fact() finds again without the map (a map
+  // entry per value cost more than the rest of the pass).
+  void learn(const std::string& v, const Fact& f) {
+    if (f.nonneg || f.truth != -1 || f.zero)
+      facts_[v] = f;
+    else
+      facts_.erase(v);
   }
 
   // Node k computes input `in` unchanged: readers read `in` from now on.
   void forward(size_t k, const std::string& in) {
     Node& n = g_.nodes[k];
-    facts_[n.outputs[0]] = fact(in);
+    learn(n.outputs[0], fact(in));
     if (forward_to_input(g_, k, in, outputs_.count(n.outputs[0]) > 0)) drop_.insert(k);
     ++changed_;
   }
@@ -204,7 +214,7 @@ class Folder {
     Node sh = make_node("Shape", {x}, n.outputs, {Attr::Int("start", s), Attr::Int("end", e)}, n);
     sh.name = n.name;
     n = std::move(sh);
-    facts_[n.outputs[0]] = nonneg(kDimBound);
+    learn(n.outputs[0], nonneg(kDimBound));
     ++changed_;
   }
 
@@ -230,7 +240,7 @@ class Folder {
     if (!g_.nodes[k].domain.empty() || g_.nodes[k].outputs.size() != 1) return;
     if (simplify(k) || gather_nd_of_aranges(k)) return;
     if (o_.opset >= 15 && fold_shape_piece(k)) return;
-    facts_[g_.nodes[k].outputs[0]] = infer(g_.nodes[k]);
+    learn(g_.nodes[k].outputs[0], infer(g_.nodes[k]));
   }
 
   Graph& g_;
@@ -490,7 +500,7 @@ bool Folder::gather_nd_of_aranges(size_t k) {
     un = make_node("Unsqueeze", {v}, node.outputs, {Attr::Ints("axes", axes)}, node);
   }
   un.name = node.name;
-  facts_[node.outputs[0]] = fact(data);
+  learn(node.outputs[0], fact(data));
   node = std::move(un);
   ++changed_;
   return true;

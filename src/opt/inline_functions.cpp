@@ -57,7 +57,7 @@ class Inliner {
     };
     for (auto& i : s.inputs) def(i.name);
     for (auto& i : s.initializers) def(i.name);
-    std::unordered_map<std::string, ValueType> types;
+    NameMap<ValueType> types;
     for (auto& n : s.nodes) {
       for (auto& i : n.inputs) use(i);
       deep_copy_subgraphs(n, ren, prefix);

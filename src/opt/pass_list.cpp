@@ -33,11 +33,36 @@ size_t run_nested_first(Graph& g, FusionPass fn, const PassOptions& o) {
   return n + fn(g, o);
 }
 
+size_t run_flat(Graph& g, Pass fn) { return fn(g); }
+size_t run_flat(Graph& g, FusionPass fn, const PassOptions& o) { return fn(g, o); }
+
+// Whether the graph has nested graphs, kept across passes: finding out walks
+// every node's attributes (a cache miss per node), which run_nested_first
+// would otherwise repeat before each of the ~30 passes. Walked again after a
+// pass that changed the graph.
+class Nesting {
+ public:
+  explicit Nesting(const Graph& g) : g_(g) { update(); }
+  bool any() const { return any_; }
+  void after_pass(size_t changed) {
+    if (changed) update();
+  }
+
+ private:
+  void update() {
+    any_ = std::any_of(g_.nodes.begin(), g_.nodes.end(),
+                       [](const Node& n) { return n.has_subgraphs(); });
+  }
+  const Graph& g_;
+  bool any_ = false;
+};
+
 // PT2ONNX_CHECK_EACH_PASS=1: the value rules after every pass, so a broken
 // graph names the pass that broke it (check_structure.h).
 template <typename... Args>
-size_t run_checked(const char* name, Graph& g, Args... args) {
-  size_t n = run_nested_first(g, args...);
+size_t run_checked(const char* name, Graph& g, Nesting& nesting, Args... args) {
+  size_t n = nesting.any() ? run_nested_first(g, args...) : run_flat(g, args...);
+  nesting.after_pass(n);
   if (check_each_pass()) check_values(g, name);
   return n;
 }
@@ -48,7 +73,7 @@ size_t run_checked(const char* name, Graph& g, Args... args) {
 // again on a graph no pass has changed since it last ran and found nothing:
 // passes are deterministic, so it would find nothing again (each pass's
 // count is what says the graph changed, as for the fixed point itself).
-void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
+void run_cleanup(Graph& g, Nesting& nesting, std::vector<std::pair<std::string, size_t>>& log) {
   static const std::pair<const char*, Pass> kPasses[] = {
       {"fold_constants", fold_constants},
       {"fold_weight_quantize", fold_weight_quantize},
@@ -67,7 +92,7 @@ void run_cleanup(Graph& g, std::vector<std::pair<std::string, size_t>>& log) {
     for (size_t p = 0; p < kCount; ++p) {
       auto& [name, fn] = kPasses[p];
       if (idle[p]) continue;  // the graph is as it left it
-      size_t n = run_checked(name, g, fn);
+      size_t n = run_checked(name, g, nesting, fn);
       changed += n;
       log.emplace_back(name, n);
       if (n) {
@@ -129,17 +154,18 @@ const std::vector<std::pair<const char*, FusionPass>>& fusions() {
 
 std::vector<std::pair<std::string, size_t>> run_default_passes(Graph& g, const PassOptions& o) {
   std::vector<std::pair<std::string, size_t>> log;
-  run_cleanup(g, log);
+  Nesting nesting(g);
+  run_cleanup(g, nesting, log);
   size_t fused = 0;
   for (auto& [name, fn] : fusions()) {
-    size_t n = run_checked(name, g, fn, o);
+    size_t n = run_checked(name, g, nesting, fn, o);
     fused += n;
     log.emplace_back(name, n);
     // The replaced nodes go before the next fusion counts readers.
-    if (n) run_nested_first(g, remove_unused);
+    if (n) nesting.after_pass(run_nested_first(g, remove_unused));
   }
   // Fusions leave the nodes they replaced (and constants) for clean-up.
-  if (fused) run_cleanup(g, log);
+  if (fused) run_cleanup(g, nesting, log);
   // float16 / bfloat16 last, on the graph every other pass has settled.
   if (o.dtype != DType::Float)
     log.emplace_back("convert_float16", convert_float16(g, o.dtype, o.opset));
