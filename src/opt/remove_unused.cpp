@@ -2,8 +2,8 @@
 // (reads from nested graphs count). A nested graph's inputs are its
 // signature and stay. Model-local functions no node calls (any more) go too.
 #include <set>
-#include <unordered_set>
 
+#include "ir/name_set.h"
 #include "opt/passes.h"
 
 namespace pt2onnx {
@@ -36,13 +36,15 @@ size_t remove_uncalled_functions(Graph& g) {
 }  // namespace
 
 size_t remove_unused(Graph& g) {
-  std::unordered_set<std::string> live;
+  // Read values, found walking back from the outputs. A NameSet: this pass
+  // runs after every fusion that changed the graph and in every clean-up.
+  NameSet live(2 * g.nodes.size() + g.outputs.size());
   for (auto& o : g.outputs) live.insert(o.name);
   std::vector<bool> keep(g.nodes.size(), false);
   for (size_t i = g.nodes.size(); i-- > 0;) {
     const Node& n = g.nodes[i];
     for (auto& o : n.outputs)
-      if (live.count(o)) keep[i] = true;
+      if (live.contains(o)) keep[i] = true;
     if (keep[i]) {
       for (auto& in : n.inputs)
         if (!in.empty()) live.insert(in);
@@ -51,25 +53,18 @@ size_t remove_unused(Graph& g) {
         for (auto& v : outer_reads(*s)) live.insert(v);
     }
   }
-  size_t removed = 0;
-  std::vector<Node> nodes;
-  nodes.reserve(g.nodes.size());
+  // Compacted in place: most runs remove nothing and move nothing.
+  size_t w = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (keep[i])
-      nodes.push_back(std::move(g.nodes[i]));
-    else
-      ++removed;
+    if (!keep[i]) continue;
+    if (w != i) g.nodes[w] = std::move(g.nodes[i]);
+    ++w;
   }
-  g.nodes = std::move(nodes);
-  std::vector<Initializer> inits;
-  inits.reserve(g.initializers.size());
-  for (auto& init : g.initializers) {
-    if (live.count(init.name))
-      inits.push_back(std::move(init));
-    else
-      ++removed;
-  }
-  g.initializers = std::move(inits);
+  size_t removed = g.nodes.size() - w;
+  g.nodes.resize(w);
+  const size_t inits = g.initializers.size();
+  std::erase_if(g.initializers, [&](const Initializer& i) { return !live.contains(i.name); });
+  removed += inits - g.initializers.size();
   return removed + remove_uncalled_functions(g);
 }
 

@@ -196,6 +196,47 @@ const Initializer* find_init(const Graph& g, const std::string& name) {
 }  // namespace
 
 // x * 1 and x / 1 are x; 1 / x, and a 1 that widens x by broadcasting, stay.
+// Chains of Identity nodes, one of them read inside a nested graph and one
+// naming a graph output: every reader ends up on the first real value, in one
+// run.
+TEST(Passes, RemovesIdentityChains) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::of(4)}));
+  b.add_input("c", ValueType{DType::Bool, Shape{}});
+  std::string r = b.op("Relu", {"x"});
+  std::string i1 = b.op("Identity", {r});
+  std::string i2 = b.op("Identity", {i1});
+  std::string s = b.op("Sigmoid", {i2});
+  std::string i3 = b.op("Identity", {s});
+  // An If whose branch reads i2 from the enclosing scope.
+  b.begin_subgraph("then");
+  std::string t = b.op("Neg", {i2});
+  b.add_output(t, b.type(t));
+  Graph then_g = b.end_subgraph();
+  b.begin_subgraph("else");
+  std::string e = b.op("Abs", {i2});
+  b.add_output(e, b.type(e));
+  Graph else_g = b.end_subgraph();
+  std::string f = b.add_node("If", {"c"}, 1,
+                             {Attr::Subgraph("then_branch", std::move(then_g)),
+                              Attr::Subgraph("else_branch", std::move(else_g))},
+                             {f32({Dim::of(4)})})[0];
+  std::string sum = b.op("Add", {i2, f});
+  b.add_output(sum, b.type(sum));
+  b.add_output(i3, b.type(i3));
+  Graph graph = b.take();
+  EXPECT_EQ(remove_identity(graph), 3u);
+  EXPECT_EQ(find_op(graph, "Identity"), nullptr);
+  const Node* sig = find_op(graph, "Sigmoid");
+  ASSERT_NE(sig, nullptr);
+  EXPECT_EQ(sig->inputs[0], r);
+  EXPECT_EQ(sig->outputs[0], i3);  // the graph output's name moved to its producer
+  EXPECT_EQ(find_op(graph, "Add")->inputs[0], r);
+  const Node* iff = find_op(graph, "If");
+  ASSERT_NE(iff, nullptr);
+  for (const Graph* branch : subgraphs(*iff)) EXPECT_EQ(branch->nodes[0].inputs[0], r);
+}
+
 TEST(Passes, MultiplyByOneIsIdentity) {
   GraphBuilder b(18);
   b.add_input("x", f32({Dim::symbol("s"), Dim::of(4)}));
