@@ -72,7 +72,8 @@ class NameMap {
   using const_iterator = Iter<const NameMap, const Entry>;
 
   NameMap() = default;
-  NameMap(const NameMap& o) : names_(o.names_), entries_(o.entries_), present_(o.present_), live_(o.live_) {
+  NameMap(const NameMap& o)
+      : names_(o.names_), entries_(o.entries_), present_(o.present_), live_(o.live_) {
     relink();
   }
   NameMap& operator=(const NameMap& o) {

@@ -12,12 +12,24 @@
 // constant (a dynamic weight is no Linear), a bias of another shape ([M, 1],
 // [M, N]: Gemm would broadcast it too, but this pass keeps to the bias
 // pattern), and a MatMul result read elsewhere (it would be computed twice).
+#include <algorithm>
+
 #include "opt/passes.h"
 #include "opt/pattern.h"
 
 namespace pt2onnx {
 
 size_t fuse_gemm(Graph& g, const PassOptions&) {
+  // Only a MatMul of a rank-2 A can become a Gemm: transformer graphs have
+  // almost none (their activations are [batch, seq, hidden]), and looking
+  // for one costs a type lookup per MatMul, where the index costs a lookup
+  // per value of the graph.
+  if (std::none_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) {
+        if (!is_op(&n, "MatMul") || n.inputs.size() != 2) return false;
+        const ValueType* ta = g.type_of(n.inputs[0]);
+        return ta && ta->shape && ta->shape->size() == 2;
+      }))
+    return 0;
   GraphIndex ix(g);
   Rewriter rw(g);
   size_t fused = 0;
