@@ -562,13 +562,51 @@ void FreshNames::collect(const Graph& g) {
   }
 }
 
+FreshNames FreshNames::few(const Graph& g) {
+  FreshNames f;
+  f.unread_ = &g;
+  return f;
+}
+
+namespace {
+
+// Whether `g` or a graph nested in it has a value named `v`: what
+// FreshNames::collect would have collected.
+bool has_value(const Graph& g, const std::string& v) {
+  if (g.types.count(v)) return true;
+  for (auto& i : g.inputs)
+    if (i.name == v) return true;
+  for (auto& i : g.initializers)
+    if (i.name == v) return true;
+  for (auto& n : g.nodes) {
+    for (auto& o : n.outputs)
+      if (o == v) return true;
+    for (const Graph* s : subgraphs(n))
+      if (has_value(*s, v)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool FreshNames::taken(const std::string& name) {
+  if (used_.contains(name)) return true;
+  if (!unread_) return false;
+  constexpr int kWalks = 8;  // names checked by a walk before collecting
+  if (walks_ < kWalks) {
+    ++walks_;
+    return has_value(*unread_, name);
+  }
+  used_.reserve(unread_->initializers.size() + unread_->types.size());
+  collect(*unread_);
+  unread_ = nullptr;
+  return used_.contains(name);
+}
+
 std::string FreshNames::operator()(const std::string& base) {
-  if (used_.insert(base).second) return base;
-  std::string n;
-  int k = 1;
-  do {
-    n = base + "_" + std::to_string(k++);
-  } while (!used_.insert(n).second);
+  std::string n = base;
+  for (int k = 1; taken(n); ++k) n = base + "_" + std::to_string(k);
+  used_.insert(n);
   return n;
 }
 

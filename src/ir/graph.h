@@ -248,12 +248,21 @@ class FreshNames {
  public:
   FreshNames() = default;  // nothing taken yet
   explicit FreshNames(const Graph& g);
+  // For a pass that makes a few names and keeps every node in the graph
+  // while it names (it may rename or add): each of the first names is checked
+  // by a walk of the graph as it is then, instead of collecting every name of
+  // a large graph up front for one or two new ones; past a few names the
+  // names are collected as by the constructor.
+  static FreshNames few(const Graph& g);
   void take(const std::string& name) { used_.insert(name); }
   std::string operator()(const std::string& base);
 
  private:
   void collect(const Graph& g);
+  bool taken(const std::string& name);
   NameSet used_;
+  const Graph* unread_ = nullptr;  // few(): the graph, until collected
+  int walks_ = 0;
 };
 
 // Replaces every read of `from` by `to` in the nodes of `g` and of all graphs

@@ -105,7 +105,7 @@ size_t fold_weight_transpose(Graph& g) {
     }
     if (view.is_contiguous()) view.strides.clear();
 
-    if (!fresh_name) fresh_name.emplace(g);
+    if (!fresh_name) fresh_name.emplace(FreshNames::few(g));
     std::string base = init.name;
     if (rank == 2) {
       base += ".T";
@@ -123,14 +123,14 @@ size_t fold_weight_transpose(Graph& g) {
     ++folded;
   }
   if (!folded) return 0;
-  std::vector<Node> kept;
-  kept.reserve(g.nodes.size());
+  size_t w = 0;  // compacted in place
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     if (drop[k]) continue;
     rename_uses_in_node(g.nodes[k], renames);
-    kept.push_back(std::move(g.nodes[k]));
+    if (w != k) g.nodes[w] = std::move(g.nodes[k]);
+    ++w;
   }
-  g.nodes = std::move(kept);
+  g.nodes.resize(w);
   return folded;
 }
 

@@ -68,7 +68,7 @@ size_t read_weights_transposed(Graph& g, const PassOptions& o) {
   for (auto& out : g.outputs)
     if (candidates.count(out.name)) refused.insert(out.name);
 
-  FreshNames fresh(g);
+  FreshNames fresh = FreshNames::few(g);
   std::unordered_map<std::string, std::string> renames;
   size_t changed = 0;
   for (size_t k = 0; k < g.initializers.size(); ++k) {  // in order: deterministic names
@@ -97,6 +97,7 @@ size_t read_weights_transposed(Graph& g, const PassOptions& o) {
     std::string base = name.size() > 2 && name.ends_with(".T") ? name.substr(0, name.size() - 2)
                                                                : name + ".untransposed";
     std::string to = fresh(base);
+    fresh.take(name);  // the old name stays taken: nodes still read it until the renames
     g.types.erase(name);
     g.types[to] = static_type(init.data.dtype, init.data.dims);
     renames[name] = to;
