@@ -608,7 +608,10 @@ def summarize(res):
 def write_report(res, path_md, path_json, cmdline):
     rows, fits = summarize(res)
     res["rows"], res["fits"] = rows, fits
-    json.dump(res, open(path_json, "w"), indent=1)
+    # Paths in the results relative to the checkout: no folder of the machine that ran it.
+    text = json.dumps(res, indent=1).replace(json.dumps(ROOT + os.sep)[1:-1], "")
+    with open(path_json, "w") as f:
+        f.write(text)
     names = list(rows)
     first, last = names[0], names[-1]
     m = res["machine"]
