@@ -256,14 +256,14 @@ NODES_ARGS ?= --profile
 bench-nodes: cpp
 	PT2ONNX_CLI=$(CPP_BUILD)/pt2onnx $(PY) bench/node_scaling.py $(NODES_ARGS)
 # pt2onnx-pretrained on a Llama-2-7B-sized bfloat16 checkpoint (13.5 GB of random safetensors
-# shards under /work/bench-scale-data, deleted afterwards unless SCALE_ARGS=--keep-data) against
+# shards under build/bench-scale-data (or $BENCH_SCALE_DATA), deleted afterwards unless SCALE_ARGS=--keep-data) against
 # `cp` of its shards, cold page cache, and the float16 file loaded in onnxruntime (needs ~30 GB
 # of free disk; writes bench/scale.md, .json). SCALE_ARGS=--layers 2: a one-minute check.
 SCALE_ARGS ?= --repeats 2
 bench-scale: python
 	$(PY) bench/scale.py $(SCALE_ARGS)
 # Export time and peak RSS against model size (issue 18 item 9): LLaMA checkpoints of 44M, 0.37B,
-# 1.3B, 3.4B and 6.7B parameters (bfloat16 safetensors under /work/bench-scale-data/size-sweep,
+# 1.3B, 3.4B and 6.7B parameters (bfloat16 safetensors under build/bench-scale-data/size-sweep,
 # each deleted after its size; bench-scale's 7B checkpoint reused if kept) exported by
 # pt2onnx-pretrained (fake weights, and --weights memory), the .pt2 path, torch.onnx and
 # onnxruntime-genai's builder, whole processes, cold page cache, plus where pt2onnx-pretrained's

@@ -81,7 +81,7 @@ from importlib import metadata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-DEFAULT_DATA = "/work/bench-scale-data"
+DEFAULT_DATA = os.environ.get("BENCH_SCALE_DATA", os.path.join(ROOT, "build", "bench-scale-data"))
 TIME = "/usr/bin/time"
 GB = 1e9
 MARGIN = 2 * GB  # disk left free beyond what a step writes

@@ -21,7 +21,7 @@ Method.
      1.3B  hidden 2048, 24 layers, 16 heads, MLP 5504
      3.4B  hidden 3200, 26 layers, 32 heads, MLP 8640 (OpenLLaMA-3B's dimensions)
      6.7B  Llama-2-7B's dimensions (bench/scale.py's checkpoint; an existing complete one in
-           /work/bench-scale-data/llama2-7b-bf16 is reused through a directory of symbolic
+           build/bench-scale-data/llama2-7b-bf16 is reused through a directory of symbolic
            links, with the tokenizer added there, and never deleted)
    All with vocabulary 32000 and an untied lm_head. Each checkpoint is written, measured
    and deleted before the next (unless --keep-data).
