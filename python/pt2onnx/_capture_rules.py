@@ -54,6 +54,10 @@ round trip makes torch.export specialize the padded size to the example's
 (silently: the graph then holds only for images padded to the same size).
 While capturing, the padded size is the integer ceiling `(size + 31) // 32
 * 32` (the same value), and the images are zero-padded to it and stacked.
+Where the size is symbolic, the number of 32-pixel blocks is computed as a
+tensor and read back (`.tolist()`: one new symbol per dim, known to be at
+least 1 and to cover the image), so every feature map below is a multiple
+or a floor of one symbol, not of the expression of rule 10 (see there).
 
 7. torchvision's `paste_masks_in_image` (Mask R-CNN) pastes each mask with
 a Python loop over the detections, resizing it to its own integer box size
@@ -84,6 +88,30 @@ scores kept), then the entries above the threshold, class by class in
 descending score as the loop concatenates them: the same detections with one
 data-dependent size.
 
+10. torchvision's GeneralizedRCNNTransform resizes each image by the float
+`min(min_size / min(h, w), max_size / max(h, w))`, and F.interpolate sizes
+the result `floor(h * scale)` in double precision: with a dynamic image size
+every feature map of the backbone, FPN, heads and anchors is then a nested
+expression (the floor of a float product, padded, floor-divided at each
+stride), and torch.export's symbolic reasoning over the ~55,000 size
+operations of a capture (sympy simplifying those expressions) was most of
+the R-CNNs' and RetinaNet's export time (RetinaNet: 8.4 s, 1.6 s for the
+TorchScript exporter). While capturing, the same double-precision scale and
+floor are computed as float64 tensor operations and read back as the resized
+size (one new symbol per dim, at least 1), and the image is interpolated to
+that size (bilinear, align_corners=False: the same kernel and coordinates as
+the scale_factor call with recompute_scale_factor=True). The ONNX graph
+computes the size in double as torch does, so the file holds for every image
+size. Only for the inference path (no targets, no fixed_size).
+
+11. torchvision's MultiScaleRoIAlign infers each level's scale as the Python
+float `2 ** round(log2(feature height / image height))`, which rule 10's
+symbols cannot give (no value to round). While capturing, it is computed by
+torchvision's own function on the example's sizes (kept by the rules for the
+symbols they make): a constant, as the capture without rule 10 fixed it too.
+It holds for every image resized to a height of 68 pixels or more (padding to
+32 then keeps the ratio within a factor of sqrt(2) of the stride).
+
 The rules replace module attributes torchvision looks up at each call
 (`roi_heads.paste_masks_in_image` and `transform.paste_masks_in_image`, which
 imports it by name; `roi_heads.heatmaps_to_keypoints`), and run only on fake
@@ -96,6 +124,8 @@ wrap your own `torch.export.export` call in `capture_rules()` to save a
 """
 
 import contextlib
+import math
+import types
 
 import torch
 
@@ -204,6 +234,38 @@ def _multiscale_roi_align(original):
     return multiscale_roi_align
 
 
+# The example's value of each size symbol the rules below make (rule 10), for the one
+# decision torchvision takes from sizes as a Python number (rule 11). Cleared after a capture.
+_EXAMPLE_SIZES = {}
+
+
+def _example_int(size):
+    """The example's value of a size: an int, or a SymInt of the capture's input sizes and the
+    symbols made by `_read_back`. Raises TypeError where it has none."""
+    import sympy
+
+    if isinstance(size, int):
+        return size
+    env = size.node.shape_env
+    known = dict(getattr(env, "backed_var_to_val", None) or getattr(env, "var_to_val", {}))
+    known.update(_EXAMPLE_SIZES)
+    value = size.node.expr.xreplace({k: sympy.Integer(int(v)) for k, v in known.items()})
+    if not getattr(value, "is_number", False):
+        raise TypeError(f"no example value for {size.node.expr}")
+    return int(value)
+
+
+def _read_back(values, examples):
+    """Python ints of an int64 tensor, each a new symbol while capturing, known to be at
+    least 1 (sizes); `examples`: their values for the example inputs."""
+    out = values.tolist()
+    for v, e in zip(out, examples):
+        torch._check(v >= 1)
+        if isinstance(v, torch.SymInt):
+            _EXAMPLE_SIZES[v.node.expr] = int(e)
+    return out
+
+
 def _batch_images(original):
     from torch._subclasses.fake_tensor import is_fake
 
@@ -214,12 +276,64 @@ def _batch_images(original):
         for img in images[1:]:
             h, w = torch.sym_max(h, img.shape[-2]), torch.sym_max(w, img.shape[-1])
         d = int(size_divisible)
-        h, w = (h + d - 1) // d * d, (w + d - 1) // d * d
+        if isinstance(h, int) and isinstance(w, int):
+            h, w = (h + d - 1) // d * d, (w + d - 1) // d * d
+        else:
+            # The number of blocks as one symbol per dim (rule 10's reason).
+            sizes = torch.stack([torch.scalar_tensor(h, dtype=torch.int64),
+                                 torch.scalar_tensor(w, dtype=torch.int64)])
+            bh, bw = _read_back((sizes + d - 1) // d,
+                                [(_example_int(x) + d - 1) // d for x in (h, w)])
+            h, w = bh * d, bw * d
+            for img in images:
+                torch._check(h >= img.shape[-2])
+                torch._check(w >= img.shape[-1])
         padded = [torch.nn.functional.pad(img, (0, w - img.shape[-1], 0, h - img.shape[-2]))
                   for img in images]
         return torch.stack(padded)
 
     return batch_images
+
+
+def _resize_image(original):
+    from torch._subclasses.fake_tensor import is_fake
+
+    def resize_image_and_masks(image, self_min_size, self_max_size, target=None,
+                               fixed_size=None):
+        h, w = image.shape[-2:]
+        if (torch.compiler.is_dynamo_compiling() or not is_fake(image) or target is not None
+                or fixed_size is not None or (isinstance(h, int) and isinstance(w, int))):
+            return original(image, self_min_size, self_max_size, target, fixed_size)
+        # torchvision: scale = min(min_size / min(h, w), max_size / max(h, w)) in Python
+        # floats; F.interpolate(recompute_scale_factor=True): floor(float(h) * scale).
+        hw = torch.stack([torch.scalar_tensor(h, dtype=torch.float64),
+                          torch.scalar_tensor(w, dtype=torch.float64)])
+        scale = torch.minimum(float(self_min_size) / hw.min(), float(self_max_size) / hw.max())
+        eh, ew = _example_int(h), _example_int(w)
+        escale = min(self_min_size / min(eh, ew), self_max_size / max(eh, ew))
+        oh, ow = _read_back(torch.floor(hw * scale).to(torch.int64),
+                            [math.floor(eh * escale), math.floor(ew * escale)])
+        image = torch.nn.functional.interpolate(image[None], size=(oh, ow), mode="bilinear",
+                                                align_corners=False)[0]
+        return image, target
+
+    return resize_image_and_masks
+
+
+def _infer_scale(original):
+    def infer_scale(feature, original_size):
+        sizes = [*feature.shape[-2:], *original_size]
+        if all(isinstance(x, int) for x in sizes):
+            return original(feature, original_size)
+        try:
+            ex = [_example_int(x) for x in sizes]
+        except (TypeError, AttributeError):
+            return original(feature, original_size)
+        # torchvision's own computation on the example's sizes: a constant, as its capture
+        # with the sizes of the example made it.
+        return original(types.SimpleNamespace(shape=ex[:2]), ex[2:])
+
+    return infer_scale
 
 
 def _resample_axis(size, start, n, insize):
@@ -392,6 +506,9 @@ def _torchvision_patches():
     cls = getattr(transform, "GeneralizedRCNNTransform", None)
     if cls is not None and hasattr(cls, "batch_images"):
         found.append((cls, "batch_images", _batch_images(cls.batch_images)))
+    if transform is not None and hasattr(transform, "_resize_image_and_masks"):
+        found.append((transform, "_resize_image_and_masks",
+                      _resize_image(transform._resize_image_and_masks)))
     heads = sys.modules.get("torchvision.models.detection.roi_heads")
     if heads is not None and hasattr(heads, "paste_masks_in_image"):
         paste = _paste_masks_in_image(heads.paste_masks_in_image)
@@ -405,6 +522,8 @@ def _torchvision_patches():
     if ssd is not None and hasattr(ssd, "postprocess_detections"):
         found.append((ssd, "postprocess_detections",
                       _ssd_postprocess(ssd.postprocess_detections)))
+    if poolers is not None and hasattr(poolers, "_infer_scale"):
+        found.append((poolers, "_infer_scale", _infer_scale(poolers._infer_scale)))
     if poolers is not None and hasattr(poolers, "_multiscale_roi_align"):
         found.append((poolers, "_multiscale_roi_align",
                       _multiscale_roi_align(poolers._multiscale_roi_align)))
@@ -418,7 +537,7 @@ def capture_rules(model=None):
     The rules let torch.export capture models it would otherwise refuse or specialize:
     recurrent layers with a dynamic sequence length, transformer masks, given the model,
     transformers' eager experts loops, and, when torchvision is imported, its batched_nms,
-    multi-level MultiScaleRoIAlign, padding of images, the mask pasting and keypoint
+    multi-level MultiScaleRoIAlign, resizing and padding of images, the mask pasting and keypoint
     decoding of Mask / Keypoint R-CNN and SSD's per-class selection of detections (the module
     docstring describes each).
     `pt2onnx.export` installs them around its own capture; wrap your own
@@ -461,6 +580,7 @@ def capture_rules(model=None):
     finally:
         for m, name, old, _ in reversed(patches):
             setattr(m, name, old)
+        _EXAMPLE_SIZES.clear()
         for cfg in experts:
             cfg._experts_implementation = "eager"
         transformer._detect_is_causal_mask = detect

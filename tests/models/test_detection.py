@@ -229,7 +229,7 @@ def test_multiscale_roi_align_dynamic_rois(tmp_path):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
-# ---- GeneralizedRCNNTransform's padding to a multiple of 32 (capture rule 6)
+# ---- GeneralizedRCNNTransform's resize and padding to a multiple of 32 (capture rules 10, 6)
 
 class _Transform(torch.nn.Module):
     def __init__(self):
@@ -250,7 +250,11 @@ def test_rcnn_transform_padding_dynamic(tmp_path):
     path = tmp_path / "transform.onnx"
     pt2onnx.export(m, (torch.rand(3, 240, 320, generator=g),), path,
                    dynamic_shapes=({1: Dim("h", min=32, max=2048), 2: Dim("w", min=32, max=2048)},))
-    for h, w in [(300, 256), (200, 280), (97, 131)]:
+    # Sizes whose resize lands on every side of the capture's (rule 10: the resized size is
+    # computed in double as torch does; rule 6: padded to 32): extreme aspects, the range's
+    # ends, a scale of exactly 1, sizes one off a multiple of 32.
+    for h, w in [(300, 256), (200, 280), (97, 131), (32, 2048), (2048, 33), (320, 320),
+                 (321, 320), (641, 1279), (240, 320), (63, 64)]:
         img = torch.rand(3, h, w, generator=g)
         ref = m(img).numpy()
         got = _run(path, {"img": img})[0]
