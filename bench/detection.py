@@ -9,6 +9,10 @@ detections matched PyTorch's on both images, and the largest difference in
 boxes and scores. Run it in the torch 2.14.1 environment (torchvision's
 compiled ops): $(tools/torch_venv.sh 2.14.1)/bin/python bench/detection.py
 Writes bench/detection.md and bench/detection.json.
+
+--capture adds, per model, torch.export's capture alone (pt2onnx's capture rules installed) with
+dynamic height / width and with static shapes: where pt2onnx's export time goes, and the floor
+a capture with torch.export has (static shapes: no symbolic reasoning at all).
 """
 
 import json
@@ -71,6 +75,22 @@ def export(exporter, m, img, path):
                           input_names=["image"], dynamic_axes={"image": [1, 2]})
 
 
+def capture_times(m, img):
+    """torch.export alone, rules installed: (dynamic s, static s), best of two each."""
+    from torch.export import Dim
+
+    from pt2onnx._capture_rules import capture_rules
+
+    dyn = ([{1: Dim("height", min=32, max=2048), 2: Dim("width", min=32, max=2048)}],)
+    best = {}
+    for label, ds in [("dynamic", dyn), ("static", None)] * 2:
+        t = time.perf_counter()
+        with capture_rules(m):
+            torch.export.export(m, ([img],), dynamic_shapes=ds, strict=False)
+        best[label] = min(best.get(label, 1e9), time.perf_counter() - t)
+    return round(best["dynamic"], 2), round(best["static"], 2)
+
+
 def compare(path, m, images):
     import onnxruntime as ort
 
@@ -109,12 +129,14 @@ def main():
     if "--exporters" in argv:
         exporters = argv[argv.index("--exporters") + 1].split(",")
         del argv[argv.index("--exporters"):argv.index("--exporters") + 2]
-    argv = [a for a in argv if a != "--merge"]
+    capture = "--capture" in argv
+    argv = [a for a in argv if a not in ("--merge", "--capture")]
     here = os.path.dirname(os.path.abspath(__file__))
-    rows = []
+    rows, captures = [], {}
     if merge and os.path.exists(os.path.join(here, "detection.json")):
         with open(os.path.join(here, "detection.json")) as f:
-            rows = json.load(f)["rows"]
+            saved = json.load(f)
+        rows, captures = saved["rows"], saved.get("capture", {})
     only = argv or MODELS
     for name in only:
         m = build(name)
@@ -140,12 +162,23 @@ def main():
                         row["run_error"] = (type(e).__name__ + ": " + str(e).strip().splitlines()[0])[:300]
             print(row, flush=True)
             rows.append(row)
+        if capture:
+            # Each exporter again, in the reverse order: the first export of a model pays its
+            # first-call costs (and the exporter run second profits from the first's).
+            for row in reversed(rows[-len(exporters):]):
+                if row.get("exported"):
+                    with tempfile.TemporaryDirectory() as d:
+                        t = time.perf_counter()
+                        export(row["exporter"], m, export_img, os.path.join(d, "m.onnx"))
+                        row["again_s"] = round(time.perf_counter() - t, 2)
+            captures[name] = dict(zip(("dynamic_s", "static_s"), capture_times(m, export_img)))
+            print(name, "torch.export alone:", captures[name], flush=True)
     order = {(m, e): i for i, (m, e) in enumerate((m, e) for m in MODELS for e in EXPORTERS)}
     rows.sort(key=lambda r: order.get((r["model"], r["exporter"]), 99))
     meta = dict(torch=torch.__version__, torchvision=__import__("torchvision").__version__,
                 onnxruntime=__import__("onnxruntime").__version__, cpus=os.cpu_count())
     with open(os.path.join(here, "detection.json"), "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        json.dump(dict(meta=meta, rows=rows, capture=captures), f, indent=1)
     lines = [
         "# torchvision detection models: pt2onnx beside torch.onnx",
         "",
@@ -165,8 +198,37 @@ def main():
         lines.append(f"| {r['model']} | {r['exporter']} | {r['export_s']} | {r['exported']} | "
                      f"{r.get('counts_match', '')} | {fmt(r.get('max_box_err'))} | "
                      f"{fmt(r.get('max_score_err'))} | {err} |")
-    with open(os.path.join(here, "detection.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    if captures:
+        seconds = {(r["model"], r["exporter"]): f"{r['export_s']} / {r.get('again_s', '')}"
+                   for r in rows}
+        lines += [
+            "",
+            "torch.export alone (`--capture`, pt2onnx's capture rules installed, best of two, "
+            "after the exports above): with the dynamic height / width of the exports, and with "
+            "static shapes, beside the two whole exports (first: the table above; again: each "
+            "exporter once more, in the reverse order, after the first exports).",
+            "",
+            "| model | torch.export dynamic s | torch.export static s | pt2onnx export s "
+            "(first / again) | torch.onnx dynamo=False export s (first / again) |",
+            "|---|---|---|---|---|",
+        ]
+        for name in MODELS:
+            if name in captures:
+                c = captures[name]
+                lines.append(f"| {name} | {c['dynamic_s']} | {c['static_s']} | "
+                             f"{seconds.get((name, 'pt2onnx'), '')} | "
+                             f"{seconds.get((name, 'torch.onnx dynamo=False'), '')} |")
+    # Notes written by hand below the marker are kept.
+    md = os.path.join(here, "detection.md")
+    marker = "<!-- notes: kept by bench/detection.py -->"
+    notes = ""
+    if os.path.exists(md):
+        with open(md) as f:
+            old = f.read()
+        if marker in old:
+            notes = old[old.index(marker):]
+    with open(md, "w") as f:
+        f.write("\n".join(lines) + "\n" + ("\n" + notes if notes else ""))
 
 
 if __name__ == "__main__":
