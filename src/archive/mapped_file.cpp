@@ -46,4 +46,12 @@ ZeroPages::ZeroPages(size_t n, const std::string& what) : size_(n) {
 
 ZeroPages::~ZeroPages() { ::munmap(const_cast<uint8_t*>(data_), size_); }
 
+void advise_pages(const void* data, size_t size, int advice, bool inner) {
+  static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto p = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t b = inner ? (p + page - 1) & ~(page - 1) : p & ~(page - 1);
+  const uintptr_t e = inner ? (p + size) & ~(page - 1) : (p + size + page - 1) & ~(page - 1);
+  if (size && e > b) ::madvise(reinterpret_cast<void*>(b), e - b, advice);
+}
+
 }  // namespace pt2onnx

@@ -25,6 +25,11 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// madvise(advice) on the pages of [data, data + size) of a file mapping. inner: only the whole
+// pages inside the range (for MADV_DONTNEED: the neighbouring bytes may be in use); otherwise
+// every page the range touches (MADV_WILLNEED).
+void advise_pages(const void* data, size_t size, int advice, bool inner);
+
 // n zero bytes that cost no memory: a read-only anonymous mapping, whose
 // pages all read as the kernel's one zero page. Fake tensors (empty storage
 // files) point here, so a tiny hostile archive naming a huge one cannot

@@ -14,6 +14,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "archive/mapped_file.h"
 #include "onnx/output_files.h"
 #include "onnx/wire.h"
 
@@ -299,14 +300,7 @@ class DataOut {
 // them, so streaming a large archive does not grow resident memory.
 void advise_mapped(const TensorData& t, int advice, bool inner) {
   auto span = strided_span_bytes(t.dims, t.strides, dtype_size(t.stored_type()));
-  if (!span || !*span) return;
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto p = reinterpret_cast<uintptr_t>(t.data);
-  // DONTNEED only whole pages inside the tensor (its neighbours may be in
-  // use); WILLNEED every page it touches.
-  uintptr_t b = inner ? (p + page - 1) & ~(page - 1) : p & ~(page - 1);
-  uintptr_t e = inner ? (p + *span) & ~(page - 1) : (p + *span + page - 1) & ~(page - 1);
-  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, advice);
+  if (span) advise_pages(t.data, *span, advice, inner);
 }
 
 void release_mapped(const TensorData& t) { advise_mapped(t, MADV_DONTNEED, true); }

@@ -84,8 +84,7 @@ void run_cleanup(Graph& g, Nesting& nesting, std::vector<std::pair<std::string, 
       {"remove_unused", remove_unused},
   };
   constexpr size_t kCount = std::size(kPasses);
-  // Passes run since the graph last changed, each of which found nothing.
-  size_t idle_since_change = 0;
+  // The passes that found nothing since the graph last changed.
   bool idle[kCount] = {};
   for (int round = 0; round < 2; ++round) {
     size_t changed = 0;
@@ -95,15 +94,12 @@ void run_cleanup(Graph& g, Nesting& nesting, std::vector<std::pair<std::string, 
       size_t n = run_checked(name, g, nesting, fn);
       changed += n;
       log.emplace_back(name, n);
-      if (n) {
+      if (n)
         std::fill(std::begin(idle), std::end(idle), false);
-        idle_since_change = 0;
-      } else {
+      else
         idle[p] = true;
-        ++idle_since_change;
-      }
     }
-    if (!changed || idle_since_change == kCount) break;
+    if (!changed || std::all_of(std::begin(idle), std::end(idle), [](bool b) { return b; })) break;
   }
 }
 

@@ -18,6 +18,9 @@ GraphIndex::GraphIndex(const Graph& g) : g_(g) {
   };
   std::vector<Read> reads;
   reads.reserve(3 * g.nodes.size());
+  // The last node counted in each value's consumers (a node reading a value twice is one).
+  std::vector<size_t> last_reader;
+  last_reader.reserve(expected);
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const Node& n = g.nodes[k];
     for (auto& in : n.inputs) {
@@ -25,8 +28,9 @@ GraphIndex::GraphIndex(const Graph& g) : g_(g) {
       const uint32_t id = id_of(in);
       Value& v = values_[id];
       ++v.readers;
-      if (v.last_reader != k) {
-        v.last_reader = k;
+      if (id >= last_reader.size()) last_reader.resize(values_.size(), kNone);
+      if (last_reader[id] != k) {
+        last_reader[id] = k;
         ++v.n_consumers;
         reads.push_back(Read{id, k});
       }

@@ -58,7 +58,6 @@ class GraphIndex {
     size_t producer = kNone;
     size_t initializer = kNone;
     size_t readers = 0;
-    size_t last_reader = kNone;  // the last node counted in consumers (build only)
     uint32_t first_consumer = 0, n_consumers = 0;  // in consumers_
     bool output = false;
   };

@@ -6,6 +6,7 @@
 
 #include <limits>
 
+#include "archive/mapped_file.h"
 #include "pt2onnx/error.h"
 #include "schema/program.h"
 #include "schema/reader_impl.h"
@@ -210,10 +211,7 @@ Program parse_program(std::string_view json, const std::string& source, JsonPlac
   simdjson::dom::element root = parse_json(parser, json, source, place.readable_after);
   if (place.in_file) {
     // Whole pages inside the JSON only: the neighbouring entries may be in use.
-    static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    const auto b = (reinterpret_cast<uintptr_t>(json.data()) + page - 1) & ~(page - 1);
-    const auto e = (reinterpret_cast<uintptr_t>(json.data()) + json.size()) & ~(page - 1);
-    if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+    advise_pages(json.data(), json.size(), MADV_DONTNEED, /*inner=*/true);
   }
   JsonDoc doc;
   return Reader(doc, source).program(root);
