@@ -10,17 +10,18 @@
 #include <vector>
 
 #include "ir/builder.h"
+#include "ir/name_map.h"
 #include "schema/program.h"
 
 namespace pt2onnx {
 
 // FX value name -> ONNX value name (tensors and sym ints alike).
 struct Env {
-  std::unordered_map<std::string, std::string> values;
+  NameMap<std::string> values;
   std::map<std::string, std::string> symbol_names;  // sympy symbol -> dim_param
   // Values computed once and reused by later nodes (the graph is in
   // topological order): runtime sizes per symbolic dim, causal masks, ...
-  std::unordered_map<std::string, std::string> cache;
+  NameMap<std::string> cache;
   // Metadata of values the converter itself adds to the FX graph (writing a
   // mutation back into its base tensor), looked up before the program's.
   std::unordered_map<std::string, schema::TensorMeta> extra_meta;

@@ -20,11 +20,11 @@ const char* const kSetGrad = "torch.ops.higher_order.wrap_with_set_grad_enabled"
 const char* const kAutocast = "torch.ops.higher_order.wrap_with_autocast";
 const char* const kWithEffects = "torch.ops.higher_order.with_effects";
 
-using NameMap = std::unordered_map<std::string, std::string>;
+using Renames = std::unordered_map<std::string, std::string>;
 
 // Every value name an argument refers to (a graph argument's name is the
 // submodule's, not a value).
-void rename_arg(Argument& a, const NameMap& m) {
+void rename_arg(Argument& a, const Renames& m) {
   auto sub = [&](std::string& n) {
     auto it = m.find(n);
     if (it != m.end()) n = it->second;
@@ -36,7 +36,7 @@ void rename_arg(Argument& a, const NameMap& m) {
     if (!s.name.empty()) sub(s.name);
 }
 
-void rename_node(Node& n, const NameMap& m) {
+void rename_node(Node& n, const Renames& m) {
   for (auto& in : n.inputs) rename_arg(in.arg, m);
   for (auto& out : n.outputs) rename_arg(out, m);
 }
@@ -76,8 +76,8 @@ class Inliner {
   // Flattens the wrappers of `g` (recursively); metadata of spliced values
   // moves into `g`. Returns the aliases made (wrapper output -> value), which
   // the caller applies to whatever else refers to g's values.
-  NameMap flatten(Graph& g) {
-    NameMap alias;
+  Renames flatten(Graph& g) {
+    Renames alias;
     std::vector<Node> out;
     out.reserve(g.nodes.size());
     for (auto& n : g.nodes) {
@@ -101,7 +101,7 @@ class Inliner {
   // with_effects(token, op, *args) -> (token, *op's results): the token only
   // orders side effects, which an ONNX graph does not have. The node becomes
   // `op` itself; its token output is the token it was given.
-  static Node unwrap_effects(const Node& w, NameMap& alias) {
+  static Node unwrap_effects(const Node& w, Renames& alias) {
     if (w.inputs.size() < 2 || w.inputs[1].arg.variant != "as_operator" || w.outputs.empty())
       throw Error("node '" + w.name + "' (" + w.target + ") is not with_effects(token, op, ...)");
     Node n = w;
@@ -113,7 +113,7 @@ class Inliner {
     return n;
   }
 
-  void splice(const Node& w, Graph& parent, std::vector<Node>& out, NameMap& alias) {
+  void splice(const Node& w, Graph& parent, std::vector<Node>& out, Renames& alias) {
     size_t gi = w.inputs.size();
     for (size_t i = 0; i < w.inputs.size(); ++i)
       if (w.inputs[i].arg.kind == ArgKind::Graph) gi = i;
@@ -128,7 +128,7 @@ class Inliner {
       if (gi >= 3 && w.inputs[2].arg.kind == ArgKind::Bool) autocast = w.inputs[2].arg.b;
     }
 
-    NameMap m;
+    Renames m;
     size_t n_args = w.inputs.size() - gi - 1;
     if (sub.inputs.size() != n_args)
       throw Error("node '" + w.name + "': subgraph takes " + std::to_string(sub.inputs.size()) +
@@ -170,10 +170,14 @@ class Inliner {
     }
     // Metadata of the values defined inside moves to the parent (the
     // wrapper's own outputs keep the parent's metadata).
-    for (auto& [k, v] : sub.tensor_values)
+    for (auto& [name, v] : sub.tensor_values) {
+      const std::string k(name);
       if (!sub_inputs.count(k) && m.count(k)) parent.tensor_values.emplace(m[k], v);
-    for (auto& [k, v] : sub.sym_int_values)
+    }
+    for (auto& [name, v] : sub.sym_int_values) {
+      const std::string k(name);
       if (!sub_inputs.count(k) && m.count(k)) parent.sym_int_values.emplace(m[k], v);
+    }
 
     std::map<std::pair<std::string, DType>, std::string> casts;
     for (auto& n : sub.nodes) {
@@ -244,7 +248,7 @@ bool has_wrappers(const schema::Program& p) { return graph_has_wrappers(p.graph)
 
 void inline_wrappers(schema::Program& p) {
   Inliner in;
-  NameMap alias = in.flatten(p.graph);
+  Renames alias = in.flatten(p.graph);
   for (auto& s : p.output_specs) rename_arg(s.arg, alias);
 }
 

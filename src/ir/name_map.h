@@ -103,6 +103,23 @@ class NameMap {
     }
     return entries_[id].second;
   }
+  // Adds `name` -> `value` when absent (as std::unordered_map::emplace): the
+  // entry and whether it was added.
+  template <class V>
+  std::pair<iterator, bool> emplace(std::string_view name, V&& value) {
+    auto [id, added] = names_.insert(name);
+    if (added) {
+      entries_.push_back(Entry{names_.name(id), Type(std::forward<V>(value))});
+      present_.push_back(1);
+    } else if (!present_[id]) {
+      entries_[id].second = Type(std::forward<V>(value));
+      present_[id] = 1;
+    } else {
+      return {iterator(this, id), false};
+    }
+    ++live_;
+    return {iterator(this, id), true};
+  }
   iterator find(std::string_view name) {
     uint32_t id = names_.find(name);
     return id != NameSet::kNone && present_[id] ? iterator(this, id) : end();
@@ -121,6 +138,9 @@ class NameMap {
     const Type* t = get(name);
     if (!t) throw std::out_of_range("no type for value '" + std::string(name) + "'");
     return *t;
+  }
+  Type& at(std::string_view name) {
+    return const_cast<Type&>(static_cast<const NameMap&>(*this).at(name));
   }
   size_t count(std::string_view name) const { return get(name) ? 1 : 0; }
   size_t erase(std::string_view name) {

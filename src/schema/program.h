@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/dtype.h"
+#include "ir/name_map.h"
 #include "schema/sym_expr.h"
 #include "schema/versions.h"
 
@@ -108,8 +109,8 @@ struct Graph {
   std::vector<Argument> inputs;
   std::vector<Argument> outputs;
   std::vector<Node> nodes;
-  std::unordered_map<std::string, TensorMeta> tensor_values;
-  std::unordered_map<std::string, SymSize> sym_int_values;
+  NameMap<TensorMeta> tensor_values;
+  NameMap<SymSize> sym_int_values;
 };
 
 struct InputSpec {

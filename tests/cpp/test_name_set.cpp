@@ -105,3 +105,22 @@ TEST(NameMap, CopyOwnsItsNames) {
   ASSERT_NE(h.type_of("a"), nullptr);
   EXPECT_EQ(h.type_of("a")->dtype, DType::Float);
 }
+
+// emplace as std::unordered_map's: adds only when absent (an erased name is absent), and says so.
+TEST(NameMap, EmplaceKeepsThePresentValue) {
+  NameMap<std::string> m;
+  auto [it, added] = m.emplace("x", "x_onnx");
+  EXPECT_TRUE(added);
+  EXPECT_EQ(it->second, "x_onnx");
+  auto [again, added_again] = m.emplace("x", std::string("other"));
+  EXPECT_FALSE(added_again);
+  EXPECT_EQ(again->second, "x_onnx");
+  m.at("x") = "renamed";  // the mutable at, as Env::values' users write through it
+  EXPECT_EQ(m.at("x"), "renamed");
+  m.erase("x");
+  EXPECT_EQ(m.size(), 0u);
+  EXPECT_TRUE(m.emplace("x", "back").second);
+  EXPECT_EQ(m.at("x"), "back");
+  EXPECT_EQ(m.size(), 1u);
+  EXPECT_THROW(m.at("missing"), std::out_of_range);
+}
