@@ -1,5 +1,6 @@
 // Tensor creation: arange, linspace / logspace, full/zeros/ones/empty (and the
-// strided / permuted empties), fill / zero, *_like, new_*, scalar_tensor,
+// strided / permuted empties), fill / zero, *_like, new_*, scalar_tensor
+// (and the promote_types torch.tensor of SymInts traces),
 // eye, tril / triu_indices, dtype conversions (to / _to_copy / type_as) and
 // the storage queries (sym_storage_offset / sym_stride). Static results stay
 // small in the file: ConstantOfShape, not a filled initializer. Complex
@@ -88,6 +89,15 @@ void new_full(Ctx& c) {
 }
 void new_zeros(Ctx& c) { zeros(c); }
 void new_ones(Ctx& c) { ones(c); }
+
+// torch.tensor([a, b]) of SymInts traces promote_types of the elements' dtypes
+// and then uses its own: torch's serializer writes the node with no output
+// (a dtype is no value of the graph), so there is nothing to compute.
+void promote_types(Ctx& c) {
+  for (auto& o : c.node.outputs)
+    if (o.kind != schema::ArgKind::None)
+      c.fail("promote_types' result (a dtype) used as a value: ONNX graphs hold no dtype values");
+}
 
 void scalar_tensor(Ctx& c) {
   DType t = c.out_dtype();
@@ -414,6 +424,7 @@ void register_creation(Registry& r) {
     r.add(p + o, new_zeros);
   r.add(p + "new_ones.default", new_ones);
   r.add(p + "scalar_tensor.default", scalar_tensor);
+  r.add(p + "promote_types.default", promote_types);
   for (const char* o : {"arange.default", "arange.start", "arange.start_step"})
     r.add(p + o, arange);
   for (const char* o : {"linspace.default", "linspace.Tensor_Tensor", "linspace.Tensor_Scalar",

@@ -75,6 +75,12 @@ CASES = {
     "tolist_split": (lambda x, n: x.split(n.tolist()), (torch.randn(6, 2), torch.tensor([2, 4])),
                      [(torch.randn(6, 2), torch.tensor([5, 1])), (torch.randn(6, 2), torch.tensor([0, 6]))],
                      [(0,), (0,)]),
+    # torch.tensor of read-back numbers (torchvision's resize_boxes does it with sizes): the
+    # trace holds a promote_types of their dtypes, with no output.
+    "tensor_of_tolist": (lambda x, n: x[: n[0]] * torch.tensor(n.tolist()).sum(),
+                         (torch.randn(8, 2), torch.tensor([2, 3])),
+                         [(torch.randn(8, 2), torch.tensor([5, 1])),
+                          (torch.randn(8, 2), torch.tensor([0, 4]))], [(0,)]),
     "postprocess_head": (_postprocess_head, (torch.rand(10), torch.randn(10, 4)),
                          [(torch.rand(10), torch.randn(10, 4)), (torch.rand(10) * 0.4, torch.randn(10, 4)),
                           (torch.rand(10) * 0.2 + 0.8, torch.randn(10, 4))], [(0,), (0,)]),
