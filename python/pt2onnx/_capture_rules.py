@@ -101,8 +101,9 @@ floor are computed as float64 tensor operations and read back as the resized
 size (one new symbol per dim, at least 1), and the image is interpolated to
 that size (bilinear, align_corners=False: the same kernel and coordinates as
 the scale_factor call with recompute_scale_factor=True). The ONNX graph
-computes the size in double as torch does, so the file holds for every image
-size. Only for the inference path (no targets, no fixed_size).
+computes the size in double as torch does, so the resize holds for every
+image size (rule 11 states the one limit below it). Only for the inference
+path (no targets, no fixed_size).
 
 11. torchvision's MultiScaleRoIAlign infers each level's scale as the Python
 float `2 ** round(log2(feature height / image height))`, which rule 10's
