@@ -256,6 +256,11 @@ def _example_int(size):
     return int(value)
 
 
+def _sizes_tensor(sizes, dtype):
+    """A 1-D tensor of (symbolic) sizes, computed in the graph."""
+    return torch.stack([torch.scalar_tensor(s, dtype=dtype) for s in sizes])
+
+
 def _read_back(values, examples):
     """Python ints of an int64 tensor, each a new symbol while capturing, known to be at
     least 1 (sizes); `examples`: their values for the example inputs."""
@@ -281,8 +286,7 @@ def _batch_images(original):
             h, w = (h + d - 1) // d * d, (w + d - 1) // d * d
         else:
             # The number of blocks as one symbol per dim (rule 10's reason).
-            sizes = torch.stack([torch.scalar_tensor(h, dtype=torch.int64),
-                                 torch.scalar_tensor(w, dtype=torch.int64)])
+            sizes = _sizes_tensor((h, w), torch.int64)
             bh, bw = _read_back((sizes + d - 1) // d,
                                 [(_example_int(x) + d - 1) // d for x in (h, w)])
             h, w = bh * d, bw * d
@@ -307,8 +311,7 @@ def _resize_image(original):
             return original(image, self_min_size, self_max_size, target, fixed_size)
         # torchvision: scale = min(min_size / min(h, w), max_size / max(h, w)) in Python
         # floats; F.interpolate(recompute_scale_factor=True): floor(float(h) * scale).
-        hw = torch.stack([torch.scalar_tensor(h, dtype=torch.float64),
-                          torch.scalar_tensor(w, dtype=torch.float64)])
+        hw = _sizes_tensor((h, w), torch.float64)
         scale = torch.minimum(float(self_min_size) / hw.min(), float(self_max_size) / hw.max())
         eh, ew = _example_int(h), _example_int(w)
         escale = min(self_min_size / min(eh, ew), self_max_size / max(eh, ew))

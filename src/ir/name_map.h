@@ -90,19 +90,7 @@ class NameMap {
   NameMap& operator=(NameMap&&) noexcept = default;
 
   // The entry of `name`, added (default type) when absent.
-  Type& operator[](std::string_view name) {
-    auto [id, added] = names_.insert(name);
-    if (added) {
-      entries_.push_back(Entry{names_.name(id), Type{}});
-      present_.push_back(1);
-      ++live_;
-    } else if (!present_[id]) {
-      entries_[id].second = Type{};
-      present_[id] = 1;
-      ++live_;
-    }
-    return entries_[id].second;
-  }
+  Type& operator[](std::string_view name) { return emplace(name, Type{}).first->second; }
   // Adds `name` -> `value` when absent (as std::unordered_map::emplace): the
   // entry and whether it was added.
   template <class V>
