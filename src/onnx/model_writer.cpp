@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <unordered_set>
 
@@ -207,7 +209,11 @@ class DataOut {
 
  private:
   static constexpr size_t kBlock = 4096;
-  static constexpr size_t kBuf = 8 << 20;
+  // 32 MiB a write: the block layer splits it into max_sectors_kb pieces that
+  // are in flight at once (one 8 MiB write at a time left a cached-program
+  // export of 0.75 GB waiting on the disk: write stage 0.73-0.85 s, 0.59-0.74
+  // s with 32 MiB; bench/program_cache.md). Two buffers: 64 MiB of memory.
+  static constexpr size_t kBuf = 32 << 20;
   struct Free {
     void operator()(uint8_t* p) const { std::free(p); }
   };
@@ -309,6 +315,69 @@ void release_mapped(const TensorData& t) { advise_mapped(t, MADV_DONTNEED, true)
 // it column by column, which its fault-time readahead serves in small reads
 // from a cold cache.
 void prefetch_mapped(const TensorData& t) { advise_mapped(t, MADV_WILLNEED, false); }
+
+// Reads the file-backed tensors a writer will stream ahead of it, on a
+// thread of its own, up to kWindow bytes past the one being written: the
+// kernel's work of filling the page cache (allocating pages, charging them,
+// submitting the reads: a quarter of a cached-program export's CPU time,
+// bench/program_cache.md) and the disk's reads run while the writer
+// transposes or converts the tensor before. Asked on the writer's thread,
+// that work waited for the copy before it and the copy waited for it.
+class ReadAhead {
+ public:
+  static constexpr uint64_t kWindow = 128ull << 20;
+  // `order`: the tensors in the order the writer will stream them (those not
+  // read from a mapped file are skipped).
+  explicit ReadAhead(const std::vector<const TensorData*>& order) {
+    for (const TensorData* t : order)
+      if (t->src_fd >= 0) {
+        start_.push_back(end_);
+        end_ += t->nbytes();
+        tensors_.push_back(t);
+      }
+    if (tensors_.size() > 1) thread_ = std::thread([this] { run(); });
+  }
+  ~ReadAhead() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  ReadAhead(const ReadAhead&) = delete;
+  ReadAhead& operator=(const ReadAhead&) = delete;
+  // Whether this thread reads `t` ahead (else the writer asks for it itself).
+  bool covers(const TensorData& t) const { return thread_.joinable() && t.src_fd >= 0; }
+  // The writer is done with `t`: the window moves past it.
+  void done(const TensorData& t) {
+    if (!covers(t)) return;
+    {
+      std::lock_guard lock(mu_);
+      consumed_ += t.nbytes();
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void run() {
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || start_[i] <= consumed_ + kWindow; });
+        if (stop_) return;
+      }
+      prefetch_mapped(*tensors_[i]);
+    }
+  }
+  std::vector<const TensorData*> tensors_;
+  std::vector<uint64_t> start_;  // byte offset of each in the stream of file-backed tensors
+  uint64_t end_ = 0, consumed_ = 0;
+  bool stop_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+};
 
 void tensor_header(Msg& m, const TensorData& t, const std::string& name) {
   for (auto d : t.dims) m.int_field(1, d);
@@ -669,7 +738,8 @@ std::vector<Planned> plan_initializers(const Graph& g, const WriteOptions& opt, 
 // converted / scaled / made contiguous a few MiB at a time otherwise.
 class PayloadWriter {
  public:
-  PayloadWriter(const WriteOptions& opt, uint64_t total) : opt_(opt), total_(total) {}
+  PayloadWriter(const WriteOptions& opt, uint64_t total, ReadAhead* ahead = nullptr)
+      : opt_(opt), total_(total), ahead_(ahead) {}
 
   template <class Out>
   void operator()(Out& out, const TensorData& t) {
@@ -677,7 +747,7 @@ class PayloadWriter {
     bool copied = false;
     if (t.is_contiguous() && t.src_fd >= 0 && n >= kKernelCopyMin && !t.lazy())
       copied = out.copy_from(t.src_fd, t.src_offset, n);
-    if (!copied && t.src_fd >= 0) prefetch_mapped(t);
+    if (!copied && t.src_fd >= 0 && !(ahead_ && ahead_->covers(t))) prefetch_mapped(t);
     if (!copied && t.lazy()) {
       // Converted and scaled a few MiB at a time (TensorData::stored, ::scale):
       // never whole in memory.
@@ -719,6 +789,7 @@ class PayloadWriter {
       }
       if (t.src_fd >= 0) release_mapped(t);
     }
+    if (ahead_) ahead_->done(t);
     done_ += n;
     if (opt_.progress) opt_.progress("writing", total_ ? static_cast<double>(done_) / total_ : 1.0);
   }
@@ -726,6 +797,7 @@ class PayloadWriter {
  private:
   const WriteOptions& opt_;
   uint64_t total_, done_ = 0;
+  ReadAhead* ahead_;
 };
 
 // An initializer handed over in memory (Options::weights_by_reference): the
@@ -840,7 +912,15 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   OutputFiles files(path);
   // Plan: which tensors go to the side file and at which offsets.
   std::vector<Planned> plan = plan_initializers(g, opt, external, &files);
-  PayloadWriter payload(opt, result.weight_bytes);
+  // The order put_model and the data files below stream the payloads in.
+  std::vector<const TensorData*> order;
+  for (auto& p : plan)
+    if (!p.ext) order.push_back(&p.init->data);
+  for (size_t f = 0; f < files.data_files(); ++f)
+    for (auto& p : plan)
+      if (p.ext && p.file == f) order.push_back(&p.init->data);
+  ReadAhead ahead(order);
+  PayloadWriter payload(opt, result.weight_bytes, &ahead);
   {
     FileOut out(files.model_fd(), files.model_temp_path());
     put_model(out, g, opt, plan, payload);
