@@ -90,13 +90,40 @@ struct NamedArgument {
   int kind = 1;  // 1 positional, 2 keyword
 };
 
+// Text that many nodes repeat, held once and shared: a node's stack trace
+// and module stack (every layer's nodes repeat the same source lines, every
+// node of a module its stack), ~370 bytes a node when each held its own copy
+// (bench/node_scaling.md). The reader interns them (SharedText::Pool).
+class SharedText {
+ public:
+  SharedText() = default;
+  SharedText(std::string s) : s_(std::make_shared<const std::string>(std::move(s))) {}
+  SharedText(const char* s) : SharedText(std::string(s)) {}
+  const std::string& str() const { return s_ ? *s_ : empty_string(); }
+  operator const std::string&() const { return str(); }
+  bool empty() const { return !s_ || s_->empty(); }
+
+  // One SharedText for each distinct text handed to it.
+  class Pool {
+   public:
+    SharedText get(std::string_view s);
+
+   private:
+    std::unordered_map<std::string_view, std::shared_ptr<const std::string>> texts_;
+  };
+
+ private:
+  static const std::string& empty_string();
+  std::shared_ptr<const std::string> s_;
+};
+
 struct Node {
   std::string target;
   std::string name;
   std::vector<NamedArgument> inputs;
   std::vector<Argument> outputs;
-  std::string stack_trace;
-  std::string nn_module_stack;
+  SharedText stack_trace;
+  SharedText nn_module_stack;
 
   const Argument* input(std::string_view arg_name) const;
   // The innermost module path from nn_module_stack ("layers.0.attn"), or "".

@@ -140,6 +140,23 @@ simdjson::dom::element parse_json(simdjson::dom::parser& parser, std::string_vie
 
 }  // namespace
 
+const std::string& SharedText::empty_string() {
+  static const std::string empty;
+  return empty;
+}
+
+SharedText SharedText::Pool::get(std::string_view s) {
+  SharedText t;
+  if (s.empty()) return t;
+  auto it = texts_.find(s);
+  if (it == texts_.end()) {
+    auto text = std::make_shared<const std::string>(s);
+    it = texts_.emplace(std::string_view(*text), std::move(text)).first;
+  }
+  t.s_ = it->second;
+  return t;
+}
+
 const Argument* Node::input(std::string_view arg_name) const {
   for (auto& in : inputs)
     if (in.name == arg_name) return &in.arg;
@@ -148,9 +165,10 @@ const Argument* Node::input(std::string_view arg_name) const {
 
 std::string Node::module_path() const {
   // "key,path,type;key,path,type": the innermost module is the last entry.
-  if (nn_module_stack.empty()) return {};
-  size_t start = nn_module_stack.rfind(';');
-  std::string last = nn_module_stack.substr(start == std::string::npos ? 0 : start + 1);
+  const std::string& stack = nn_module_stack;
+  if (stack.empty()) return {};
+  size_t start = stack.rfind(';');
+  std::string last = stack.substr(start == std::string::npos ? 0 : start + 1);
   size_t c1 = last.find(',');
   if (c1 == std::string::npos) return {};
   size_t c2 = last.find(',', c1 + 1);
@@ -160,20 +178,21 @@ std::string Node::module_path() const {
 std::string Node::source_line() const {
   // Frames run outermost first; the innermost frame outside torch itself is
   // the user's line that made this node.
+  const std::string& trace = stack_trace;
   std::string best;
   size_t p = 0;
-  while ((p = stack_trace.find("File \"", p)) != std::string::npos) {
-    size_t e = stack_trace.find('\n', p);
-    std::string frame = stack_trace.substr(p, e == std::string::npos ? std::string::npos : e - p);
-    size_t next = e == std::string::npos ? stack_trace.size() : e + 1;
+  while ((p = trace.find("File \"", p)) != std::string::npos) {
+    size_t e = trace.find('\n', p);
+    std::string frame = trace.substr(p, e == std::string::npos ? std::string::npos : e - p);
+    size_t next = e == std::string::npos ? trace.size() : e + 1;
     if (e != std::string::npos) {
-      size_t e2 = stack_trace.find('\n', e + 1);
+      size_t e2 = trace.find('\n', e + 1);
       std::string code =
-          stack_trace.substr(e + 1, e2 == std::string::npos ? std::string::npos : e2 - e - 1);
+          trace.substr(e + 1, e2 == std::string::npos ? std::string::npos : e2 - e - 1);
       size_t nb = code.find_first_not_of(' ');
       if (nb != std::string::npos && code.compare(nb, 5, "File ") != 0) {
         frame += ": " + code.substr(nb);
-        next = e2 == std::string::npos ? stack_trace.size() : e2 + 1;
+        next = e2 == std::string::npos ? trace.size() : e2 + 1;
       }
     }
     bool in_torch = frame.find("/torch/") != std::string::npos ||

@@ -89,6 +89,12 @@ class Reader {
     if (!doc_.string(e, s)) fail(path, "expected a string, found " + doc_.type_name(e));
     return std::string(s);
   }
+  // A string many nodes repeat: one copy for all (SharedText).
+  SharedText text(Elem e, const Path& path) const {
+    std::string_view s;
+    if (!doc_.string(e, s)) fail(path, "expected a string, found " + doc_.type_name(e));
+    return texts_.get(s);
+  }
   int64_t integer(Elem e, const Path& path) const {
     int64_t v;
     if (!doc_.int64(e, v)) {
@@ -310,9 +316,10 @@ class Reader {
       n.outputs.push_back(argument(out, Path(where, ".outputs", i++)));
     if (auto md = field(o, "metadata")) {
       Obj mo = obj(*md, Path(where, ".metadata"));
-      if (auto st = field(mo, "stack_trace")) n.stack_trace = str(*st, Path(where, ".stack_trace"));
+      if (auto st = field(mo, "stack_trace"))
+        n.stack_trace = text(*st, Path(where, ".stack_trace"));
       if (auto ms = field(mo, "nn_module_stack"))
-        n.nn_module_stack = str(*ms, Path(where, ".nn_module_stack"));
+        n.nn_module_stack = text(*ms, Path(where, ".nn_module_stack"));
     }
     if (n.name.empty()) {
       // Older schemas have no node name: use the first output's name.
@@ -483,6 +490,7 @@ class Reader {
   // recurse the reader off the stack.
   static constexpr int kMaxGraphDepth = 64;
   mutable int depth_ = 0;
+  mutable SharedText::Pool texts_;
 };
 
 }  // namespace pt2onnx::schema::detail

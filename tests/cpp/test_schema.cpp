@@ -309,3 +309,34 @@ TEST(SchemaReader, ErrorsNameTheFullPath) {
       "nodes")"),
             "m.json: $.graph_module.graph.outputs[0]: expected a JSON object, found a number");
 }
+
+// Nodes that repeat a stack trace or module stack share one copy of it.
+TEST(SchemaReader, SharesRepeatedNodeText) {
+  std::string json = program_json();
+  const std::string node_start = R"JSON({
+        "target": "torch.ops.aten.add.Tensor", "name": "add",)JSON";
+  const size_t at = json.find(node_start);
+  ASSERT_NE(at, std::string::npos);
+  const size_t end = json.find("\n      }]", at);
+  ASSERT_NE(end, std::string::npos);
+  std::string second = json.substr(at, end + 8 - at);  // the node object, "}" included
+  second.replace(second.find("\"name\": \"add\""), 13, "\"name\": \"add2\"");
+  json.insert(end + 8, ", " + second);
+  Program p = parse_program(json);
+  ASSERT_EQ(p.graph.nodes.size(), 2u);
+  const Node& a = p.graph.nodes[0];
+  const Node& b = p.graph.nodes[1];
+  EXPECT_EQ(b.name, "add2");
+  EXPECT_EQ(a.stack_trace.str(), b.stack_trace.str());
+  EXPECT_EQ(&a.stack_trace.str(), &b.stack_trace.str());
+  EXPECT_EQ(&a.nn_module_stack.str(), &b.nn_module_stack.str());
+  EXPECT_EQ(b.module_path(), "sub.layer");
+
+  SharedText::Pool pool;
+  SharedText x = pool.get("abc"), y = pool.get(std::string("ab") + "c"), z = pool.get("abd");
+  EXPECT_EQ(&x.str(), &y.str());
+  EXPECT_NE(&x.str(), &z.str());
+  EXPECT_TRUE(pool.get("").empty());
+  EXPECT_TRUE(SharedText().empty());
+  EXPECT_EQ(SharedText().str(), "");
+}
