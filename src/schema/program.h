@@ -13,6 +13,7 @@
 
 #include "ir/dtype.h"
 #include "ir/name_map.h"
+#include "schema/lazy_vec.h"
 #include "schema/sym_expr.h"
 #include "schema/versions.h"
 
@@ -69,19 +70,19 @@ struct Graph;
 
 struct Argument {
   ArgKind kind = ArgKind::None;
-  std::string variant;             // the JSON key, e.g. "as_tensor"
-  std::string name;                // tensor / sym value name
-  std::vector<std::string> names;  // tensors; "" marks a None element
+  std::string variant;         // the JSON key, e.g. "as_tensor"
+  std::string name;            // tensor / sym value name
+  LazyVec<std::string> names;  // tensors; "" marks a None element
   int64_t i = 0;
   double f = 0;
   bool b = false;
   std::string s;
-  std::vector<int64_t> ints;
-  std::vector<double> floats;
-  std::vector<bool> bools;
-  std::vector<std::string> strings;
-  std::vector<SymIntArg> symints;  // as_sym_int(s)
-  std::shared_ptr<Graph> graph;    // as_graph: a subgraph (higher-order ops); name in `name`
+  LazyVec<int64_t> ints;
+  LazyVec<double> floats;
+  LazyVec<bool> bools;
+  LazyVec<std::string> strings;
+  LazyVec<SymIntArg> symints;    // as_sym_int(s)
+  std::shared_ptr<Graph> graph;  // as_graph: a subgraph (higher-order ops); name in `name`
 };
 
 struct NamedArgument {

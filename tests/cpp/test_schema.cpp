@@ -340,3 +340,36 @@ TEST(SchemaReader, SharesRepeatedNodeText) {
   EXPECT_TRUE(SharedText().empty());
   EXPECT_EQ(SharedText().str(), "");
 }
+
+// LazyVec: an Argument's vectors cost a pointer until set, and copy as values.
+TEST(LazyVec, BehavesAsAVector) {
+  LazyVec<int64_t> a;
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(a.size(), 0u);
+  int n = 0;
+  for ([[maybe_unused]] auto& x : a) ++n;  // non-const iteration allocates nothing
+  EXPECT_EQ(n, 0);
+  EXPECT_TRUE(a.get().empty());
+  a.push_back(3);
+  a.emplace_back(4);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[1], 4);
+  LazyVec<int64_t> b = a;  // a deep copy
+  b.push_back(5);
+  EXPECT_EQ(a.size(), 2u);
+  EXPECT_EQ(b.size(), 3u);
+  const std::vector<int64_t>& view = b;
+  EXPECT_EQ(view, (std::vector<int64_t>{3, 4, 5}));
+  a = std::vector<int64_t>{7};
+  EXPECT_EQ(a.get(), std::vector<int64_t>{7});
+  a = std::vector<int64_t>{};
+  EXPECT_TRUE(a.empty());
+  LazyVec<bool> bools{true, false};
+  EXPECT_TRUE(bools[0]);
+  EXPECT_FALSE(bools.back());
+  Argument arg;
+  arg.symints.push_back(SymIntArg{std::nullopt, "s0"});
+  Argument copy = arg;
+  EXPECT_EQ(copy.symints.at(0).name, "s0");
+  EXPECT_THROW(static_cast<void>(copy.symints.at(1)), std::out_of_range);
+}
