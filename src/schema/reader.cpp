@@ -8,6 +8,7 @@
 
 #include "archive/mapped_file.h"
 #include "pt2onnx/error.h"
+#include "schema/json_split.h"
 #include "schema/program.h"
 #include "schema/reader_impl.h"
 
@@ -225,7 +226,77 @@ std::vector<std::pair<std::string, PayloadEntry>> parse_payload_config(std::stri
   return out;
 }
 
-Program parse_program(std::string_view json, const std::string& source, JsonPlace place) {
+namespace {
+
+// A batch of nodes or tensor values, as one JSON array or object text: the
+// document tree of 1 MB of text is ~2.5 MB, reused batch after batch.
+constexpr size_t kBatchBytes = 1 << 20;
+
+// Parses `text` (room for simdjson's padding reserved past its end).
+simdjson::dom::element parse_padded(simdjson::dom::parser& parser, std::string& text,
+                                    const std::string& source) {
+  text.reserve(text.size() + simdjson::SIMDJSON_PADDING);
+  return parse_json(parser, text, source, text.capacity() - text.size());
+}
+
+// The program read from its split text (json_split.h): the skeleton, then
+// the nodes and tensor values a batch at a time, so the document tree in
+// memory is one batch's, not the whole text's. It fills the same Program as
+// reading the whole text, in the same order; any error throws (the caller
+// then reads the whole text, which names it as it always has). The pages of
+// a mapped text are dropped as their batches are read.
+Program read_split(ProgramSplit& split, std::string_view json, const std::string& source,
+                   JsonPlace place, size_t batch_bytes) {
+  simdjson::dom::parser parser;
+  JsonDoc doc;
+  Reader reader(doc, source);
+  Program p = reader.program(parse_padded(parser, split.skeleton, source));
+  std::string().swap(split.skeleton);
+  auto drop = [&](std::string_view first, std::string_view last) {
+    if (place.in_file)
+      advise_pages(first.data(), static_cast<size_t>(last.data() + last.size() - first.data()),
+                   MADV_DONTNEED, /*inner=*/true);
+  };
+  const Path graph("$.graph_module.graph");
+  std::string text;
+  p.graph.nodes.reserve(split.nodes.size());
+  for (size_t b = 0, i = 0; b < split.nodes.size();) {
+    text.assign(1, '[');
+    size_t e = b;
+    for (; e < split.nodes.size() && (e == b || text.size() + split.nodes[e].size() < batch_bytes);
+         ++e) {
+      if (e > b) text += ',';
+      text += split.nodes[e];
+    }
+    text += ']';
+    for (simdjson::dom::element n : parse_padded(parser, text, source).get_array())
+      p.graph.nodes.push_back(reader.node(n, Path(graph, ".nodes", i++)));
+    drop(split.nodes[b], split.nodes[e - 1]);
+    b = e;
+  }
+  std::vector<std::string_view>().swap(split.nodes);
+  auto& values = split.tensor_values;
+  for (size_t b = 0; b < values.size();) {
+    text.assign(1, '{');
+    size_t e = b;
+    for (; e < values.size() &&
+           (e == b || text.size() + values[e].first.size() + values[e].second.size() < batch_bytes);
+         ++e) {
+      if (e > b) text += ',';
+      text.append(1, '"').append(values[e].first).append("\":").append(values[e].second);
+    }
+    text += '}';
+    for (auto [k, v] : parse_padded(parser, text, source).get_object())
+      p.graph.tensor_values.emplace(std::string(k),
+                                    reader.tensor_meta(v, Path(graph, ".tensor_values.", k)));
+    drop(values[b].second, values[e - 1].second);
+    b = e;
+  }
+  if (place.in_file) advise_pages(json.data(), json.size(), MADV_DONTNEED, /*inner=*/true);
+  return p;
+}
+
+Program read_whole(std::string_view json, const std::string& source, JsonPlace place) {
   simdjson::dom::parser parser;
   simdjson::dom::element root = parse_json(parser, json, source, place.readable_after);
   if (place.in_file) {
@@ -235,5 +306,32 @@ Program parse_program(std::string_view json, const std::string& source, JsonPlac
   JsonDoc doc;
   return Reader(doc, source).program(root);
 }
+
+}  // namespace
+
+Program parse_program(std::string_view json, const std::string& source, JsonPlace place) {
+  if (auto split = split_program(json)) {
+    try {
+      return read_split(*split, json, source, place, kBatchBytes);
+    } catch (const Error&) {
+      // Read again whole, below: its error names the cause as always.
+    }
+  }
+  return read_whole(json, source, place);
+}
+
+namespace detail {
+
+Program parse_program_split(std::string_view json, const std::string& source, size_t batch_bytes) {
+  auto split = split_program(json);
+  if (!split) throw Error(source + ": the text does not split");
+  return read_split(*split, json, source, {}, batch_bytes);
+}
+
+Program parse_program_whole(std::string_view json, const std::string& source) {
+  return read_whole(json, source, {});
+}
+
+}  // namespace detail
 
 }  // namespace pt2onnx::schema

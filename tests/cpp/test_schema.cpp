@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "pt2onnx/error.h"
+#include "schema/json_split.h"
 #include "schema/program.h"
 
 using namespace pt2onnx;
@@ -372,4 +373,135 @@ TEST(LazyVec, BehavesAsAVector) {
   Argument copy = arg;
   EXPECT_EQ(copy.symints.at(0).name, "s0");
   EXPECT_THROW(static_cast<void>(copy.symints.at(1)), std::out_of_range);
+}
+
+namespace {
+
+// What a Program holds, as text, to compare two readings of one JSON.
+std::string describe(const Program& p) {
+  std::string s;
+  auto arg = [&](const Argument& a) {
+    s += std::to_string(static_cast<int>(a.kind)) + ":" + a.variant + ":" + a.name + "(";
+    for (auto& n : a.names) s += n + ",";
+    for (auto v : a.ints) s += std::to_string(v) + ",";
+    s += std::to_string(a.i) + "," + std::to_string(a.f) + ")";
+  };
+  for (auto& n : p.graph.nodes) {
+    s += n.target + "|" + n.name + "|" + n.stack_trace.str() + "|" + n.nn_module_stack.str() + "|";
+    for (auto& in : n.inputs) {
+      s += in.name + "=";
+      arg(in.arg);
+      s += ";";
+    }
+    for (auto& o : n.outputs) arg(o);
+    s += "\n";
+  }
+  for (auto& [k, m] : p.graph.tensor_values) {
+    s += std::string(k) + ":" + std::to_string(m.scalar_type) + "[";
+    for (auto& d : m.sizes) s += d.value ? std::to_string(*d.value) + "," : d.expr->render() + ",";
+    s += "]\n";
+  }
+  for (auto& in : p.input_specs) s += in.arg_name + "<-" + in.target + "\n";
+  for (auto& o : p.output_specs) s += o.arg.name + "->\n";
+  return s;
+}
+
+// program_json() with its node repeated `copies` times (add, add_1, ...) and
+// a tensor value for each.
+std::string repeated_program(int copies) {
+  std::string json = program_json();
+  const size_t at = json.find(R"({
+        "target": "torch.ops.aten.add.Tensor")");
+  const size_t end = json.find("\n      }]", at) + 8;
+  const std::string node = json.substr(at, end - at);
+  std::string more, values;
+  for (int k = 1; k < copies; ++k) {
+    std::string n = node;
+    const std::string name = "add_" + std::to_string(k);
+    n.replace(n.find("\"name\": \"add\""), 13, "\"name\": \"" + name + "\"");
+    n.replace(n.find("{\"as_tensor\": {\"name\": \"add\"}}"), 30,
+              "{\"as_tensor\": {\"name\": \"" + name + "\"}}");
+    more += ", " + n;
+    values +=
+        ", \"" + name + "\": {\"dtype\": 7, \"sizes\": [{\"as_int\": " + std::to_string(k) + "}]}";
+  }
+  json.insert(end, more);
+  const size_t tv = json.find("\"add\": {\"dtype\": 7");
+  const size_t tv_end = json.find("\n      },\n      \"sym_int_values\"", tv);
+  json.insert(tv_end, values);
+  return json;
+}
+
+}  // namespace
+
+// The reader parses a program's nodes and tensor values a batch at a time
+// (json_split.h); any batch size gives what reading the whole text gives.
+TEST(SchemaReader, SplitReadingEqualsWholeReading) {
+  const std::string json = repeated_program(7);
+  const Program whole = detail::parse_program_whole(json, "m.json");
+  ASSERT_EQ(whole.graph.nodes.size(), 7u);
+  ASSERT_EQ(whole.graph.tensor_values.size(), 9u);
+  EXPECT_EQ(whole.graph.nodes[6].name, "add_6");
+  for (size_t batch : {size_t{1}, size_t{700}, size_t{1} << 20}) {
+    const Program split = detail::parse_program_split(json, "m.json", batch);
+    EXPECT_EQ(describe(split), describe(whole)) << "batch " << batch;
+    EXPECT_EQ(split.schema_major, whole.schema_major);
+    EXPECT_EQ(split.range_constraints.size(), whole.range_constraints.size());
+  }
+  EXPECT_EQ(describe(parse_program(json)), describe(whole));
+  // A node text that fails in its batch is named as reading the whole text names it.
+  std::string bad = json;
+  bad.replace(bad.rfind("\"kind\": 2"), 9, "\"kind\": \"2\"");
+  std::string whole_error, error;
+  try {
+    detail::parse_program_whole(bad, "m.json");
+  } catch (const Error& e) {
+    whole_error = e.what();
+  }
+  try {
+    parse_program(bad, "m.json");
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(whole_error, "");
+  EXPECT_EQ(error, whole_error);
+  EXPECT_NE(error.find("nodes[6]"), std::string::npos) << error;
+}
+
+// Text laid out otherwise is read whole: the same program, or the same error.
+TEST(SchemaReader, UnsplittableTextIsReadWhole) {
+  const std::string json = repeated_program(3);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string j = json;
+    const size_t at = j.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    j.replace(at, from.size(), to);
+    return j;
+  };
+  // An escaped key on the way ("nodes" spelled with \u0073): simdjson reads it as "nodes".
+  const std::string escaped = with("\"nodes\":", "\"node\\u0073\":");
+  EXPECT_FALSE(split_program(escaped));
+  EXPECT_EQ(describe(parse_program(escaped)), describe(detail::parse_program_whole(json, "m")));
+  // nodes repeated: not split; read as simdjson reads it.
+  const std::string twice = with("\"sym_int_values\": {}", "\"sym_int_values\": {}, \"nodes\": []");
+  EXPECT_FALSE(split_program(twice));
+  EXPECT_EQ(describe(parse_program(twice)), describe(detail::parse_program_whole(twice, "m")));
+  // No tensor_values, an unterminated string, a non-object: not split, errors as before.
+  for (const std::string& j : {with("\"tensor_values\"", "\"tensor_valuez\""),
+                               json.substr(0, json.size() / 2), std::string("[1, 2]")}) {
+    EXPECT_FALSE(split_program(j));
+    std::string a = "(none)", b = "(none)";
+    try {
+      parse_program(j, "m.json");
+    } catch (const Error& e) {
+      a = e.what();
+    }
+    try {
+      detail::parse_program_whole(j, "m.json");
+    } catch (const Error& e) {
+      b = e.what();
+    }
+    EXPECT_EQ(a, b);
+    EXPECT_NE(a, "(none)");
+  }
 }
