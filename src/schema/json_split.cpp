@@ -4,6 +4,7 @@
 // the pieces it returns are parsed, and so validated, by simdjson.
 #include "schema/json_split.h"
 
+#include <cstdint>
 #include <cstring>
 
 namespace pt2onnx::schema {
@@ -43,7 +44,7 @@ class Scan {
     if (!ws()) return false;
     if (*p_ == '"') return string();
     if (*p_ == '{' || *p_ == '[') {
-      int depth = 0;
+      int64_t depth = 0;
       while (p_ < e_) {
         const char c = *p_;
         if (c == '"') {
