@@ -1,5 +1,7 @@
 // Reads the ExportedProgram JSON with simdjson's DOM API: fast, well kept, and
-// its error codes let every failure name the JSON path that caused it.
+// its error codes let every failure name the JSON path that caused it. A
+// program's nodes and tensor values are parsed a batch at a time
+// (json_split.h); the whole text only when it does not split or has an error.
 #include <simdjson.h>
 #include <sys/mman.h>
 #include <unistd.h>
