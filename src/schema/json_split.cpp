@@ -70,56 +70,48 @@ class Scan {
     return p_ > b;
   }
 
-  // At '{': `member(key, key_escaped)` for each member, with the scan at its
-  // value, which it must pass (value() or a walk of its own).
+  // At '{' or '[': `item()` for each member or element (the scan at it),
+  // then past `close`.
   template <class F>
-  bool members(F&& member) {
+  bool items(char close, F&& item) {
     ++p_;
     if (!ws()) return false;
-    if (*p_ == '}') {
+    if (*p_ == close) {
       ++p_;
       return true;
     }
     for (;;) {
-      if (!is('"')) return false;
+      if (!ws() || !item() || !ws()) return false;
+      if (*p_ == ',') {
+        ++p_;
+        continue;
+      }
+      if (*p_ != close) return false;
+      ++p_;
+      return true;
+    }
+  }
+
+  // At '{': `member(key, key_escaped)` for each member, with the scan at its
+  // value, which it must pass (value() or a walk of its own).
+  template <class F>
+  bool members(F&& member) {
+    return items('}', [&] {
+      if (*p_ != '"') return false;
       const char* kb = p_ + 1;
       bool escaped = false;
       if (!string(&escaped)) return false;
       std::string_view key(kb, static_cast<size_t>(p_ - 1 - kb));
       if (!is(':')) return false;
       ++p_;
-      if (!ws() || !member(key, escaped)) return false;
-      if (!ws()) return false;
-      if (*p_ == ',') {
-        ++p_;
-        continue;
-      }
-      if (*p_ != '}') return false;
-      ++p_;
-      return true;
-    }
+      return ws() && member(key, escaped);
+    });
   }
 
   // At '[': `element()` for each element, with the scan at it.
   template <class F>
   bool elements(F&& element) {
-    ++p_;
-    if (!ws()) return false;
-    if (*p_ == ']') {
-      ++p_;
-      return true;
-    }
-    for (;;) {
-      if (!ws() || !element()) return false;
-      if (!ws()) return false;
-      if (*p_ == ',') {
-        ++p_;
-        continue;
-      }
-      if (*p_ != ']') return false;
-      ++p_;
-      return true;
-    }
+    return items(']', element);
   }
 
  private:
