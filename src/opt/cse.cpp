@@ -106,17 +106,17 @@ size_t eliminate_common_subexpressions(Graph& g) {
   // directly, and kept nodes are compacted in place: no key string or moved
   // copy per node (this pass runs up to four times on every graph).
   // Kept nodes by hash, in an open-addressing table of {hash, last kept
-  // position + 1}, each position chaining to the one before it with that
-  // hash (a std::unordered_map of vectors allocated twice per node: 1.8% of a
+  // position}, each position chaining to the one before it with that hash (a
+  // std::unordered_map of vectors allocated twice per node: 1.8% of a
   // 200k-node export's time). No two nodes of a chain compute the same.
   constexpr size_t kNone = SIZE_MAX;
   size_t slots = 16;
   while (slots < 2 * g.nodes.size()) slots *= 2;
-  std::vector<std::pair<size_t, size_t>> table(slots, {0, 0});
+  std::vector<std::pair<size_t, size_t>> table(slots, {0, kNone});
   std::vector<size_t> before(g.nodes.size(), kNone);  // by kept position
   auto slot = [&](size_t h) -> std::pair<size_t, size_t>& {
     for (size_t i = h & (slots - 1);; i = (i + 1) & (slots - 1))
-      if (table[i].second == 0 || table[i].first == h) return table[i];
+      if (table[i].second == kNone || table[i].first == h) return table[i];
   };
   size_t w = 0;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
@@ -130,7 +130,7 @@ size_t eliminate_common_subexpressions(Graph& g) {
       const size_t h = node_hash(n);
       auto& head = slot(h);
       const Node* first = nullptr;
-      for (size_t j = head.second ? head.second - 1 : kNone; j != kNone; j = before[j])
+      for (size_t j = head.second; j != kNone; j = before[j])
         if (same_computation(g.nodes[j], n)) {
           first = &g.nodes[j];
           break;
@@ -144,8 +144,8 @@ size_t eliminate_common_subexpressions(Graph& g) {
         continue;
       }
       if (!first) {
-        before[w] = head.second ? head.second - 1 : kNone;
-        head = {h, w + 1};
+        before[w] = head.second;
+        head = {h, w};
       }
     }
     if (w != k) g.nodes[w] = std::move(n);
