@@ -241,6 +241,17 @@ simdjson::dom::element parse_padded(simdjson::dom::parser& parser, std::string& 
   return parse_json(parser, text, source, text.capacity() - text.size());
 }
 
+// A split item's text (a node's; a tensor value's, its key beside it) and
+// its size in a batch.
+std::string_view item_text(std::string_view node) { return node; }
+std::string_view item_text(const std::pair<std::string_view, std::string_view>& kv) {
+  return kv.second;
+}
+size_t item_size(std::string_view node) { return node.size(); }
+size_t item_size(const std::pair<std::string_view, std::string_view>& kv) {
+  return kv.first.size() + kv.second.size();
+}
+
 // The program read from its split text (json_split.h): the skeleton, then
 // the nodes and tensor values a batch at a time, so the document tree in
 // memory is one batch's, not the whole text's. It fills the same Program as
@@ -259,41 +270,42 @@ Program read_split(ProgramSplit& split, std::string_view json, const std::string
       advise_pages(first.data(), static_cast<size_t>(last.data() + last.size() - first.data()),
                    MADV_DONTNEED, /*inner=*/true);
   };
-  const Path graph("$.graph_module.graph");
+  // Items [b, e) of `items` (e past the last that fits in batch_bytes, one
+  // at least) as one text between `open` and `close`, parsed; `read` takes
+  // the document, then the items' pages go.
   std::string text;
+  auto batches = [&](const auto& items, char open, char close, auto&& append, auto&& read) {
+    for (size_t b = 0; b < items.size();) {
+      text.assign(1, open);
+      size_t e = b;
+      for (; e < items.size() && (e == b || text.size() + item_size(items[e]) < batch_bytes); ++e) {
+        if (e > b) text += ',';
+        append(items[e]);
+      }
+      text += close;
+      read(parse_padded(parser, text, source));
+      drop(item_text(items[b]), item_text(items[e - 1]));
+      b = e;
+    }
+  };
+  const Path graph("$.graph_module.graph");
   p.graph.nodes.reserve(split.nodes.size());
-  for (size_t b = 0, i = 0; b < split.nodes.size();) {
-    text.assign(1, '[');
-    size_t e = b;
-    for (; e < split.nodes.size() && (e == b || text.size() + split.nodes[e].size() < batch_bytes);
-         ++e) {
-      if (e > b) text += ',';
-      text += split.nodes[e];
-    }
-    text += ']';
-    for (simdjson::dom::element n : parse_padded(parser, text, source).get_array())
-      p.graph.nodes.push_back(reader.node(n, Path(graph, ".nodes", i++)));
-    drop(split.nodes[b], split.nodes[e - 1]);
-    b = e;
-  }
+  size_t i = 0;
+  batches(
+      split.nodes, '[', ']', [&](std::string_view n) { text += n; },
+      [&](simdjson::dom::element batch) {
+        for (simdjson::dom::element n : batch.get_array())
+          p.graph.nodes.push_back(reader.node(n, Path(graph, ".nodes", i++)));
+      });
   std::vector<std::string_view>().swap(split.nodes);
-  auto& values = split.tensor_values;
-  for (size_t b = 0; b < values.size();) {
-    text.assign(1, '{');
-    size_t e = b;
-    for (; e < values.size() &&
-           (e == b || text.size() + values[e].first.size() + values[e].second.size() < batch_bytes);
-         ++e) {
-      if (e > b) text += ',';
-      text.append(1, '"').append(values[e].first).append("\":").append(values[e].second);
-    }
-    text += '}';
-    for (auto [k, v] : parse_padded(parser, text, source).get_object())
-      p.graph.tensor_values.emplace(std::string(k),
-                                    reader.tensor_meta(v, Path(graph, ".tensor_values.", k)));
-    drop(values[b].second, values[e - 1].second);
-    b = e;
-  }
+  batches(
+      split.tensor_values, '{', '}',
+      [&](const auto& kv) { text.append(1, '"').append(kv.first).append("\":").append(kv.second); },
+      [&](simdjson::dom::element batch) {
+        for (auto [k, v] : batch.get_object())
+          p.graph.tensor_values.emplace(std::string(k),
+                                        reader.tensor_meta(v, Path(graph, ".tensor_values.", k)));
+      });
   if (place.in_file) advise_pages(json.data(), json.size(), MADV_DONTNEED, /*inner=*/true);
   return p;
 }
