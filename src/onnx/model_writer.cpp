@@ -304,12 +304,26 @@ class DataOut {
 
 // Drops pages of a file-backed (read-only, private) mapping after reading
 // them, so streaming a large archive does not grow resident memory.
+// The bytes of the mapped file a tensor reads: its stored elements' span (a
+// bfloat16 weight exported as float32 reads half its output's bytes).
+uint64_t mapped_bytes(const TensorData& t) {
+  return strided_span_bytes(t.dims, t.strides, dtype_size(t.stored_type())).value_or(0);
+}
+
 void advise_mapped(const TensorData& t, int advice, bool inner) {
-  auto span = strided_span_bytes(t.dims, t.strides, dtype_size(t.stored_type()));
-  if (span) advise_pages(t.data, *span, advice, inner);
+  if (uint64_t span = mapped_bytes(t)) advise_pages(t.data, span, advice, inner);
 }
 
 void release_mapped(const TensorData& t) { advise_mapped(t, MADV_DONTNEED, true); }
+
+// Drops a file-backed tensor's pages from this process's mapping and from the
+// page cache (pages another process maps, or not yet written back, stay).
+void uncache_mapped(const TensorData& t) {
+  release_mapped(t);  // a kernel copy leaves them mapped if a pass had read them
+  if (uint64_t span = mapped_bytes(t))
+    ::posix_fadvise(t.src_fd, static_cast<off_t>(t.src_offset), static_cast<off_t>(span),
+                    POSIX_FADV_DONTNEED);
+}
 
 // Asks the kernel to read a file-backed tensor ahead: a transposed copy reads
 // it column by column, which its fault-time readahead serves in small reads
@@ -317,24 +331,41 @@ void release_mapped(const TensorData& t) { advise_mapped(t, MADV_DONTNEED, true)
 void prefetch_mapped(const TensorData& t) { advise_mapped(t, MADV_WILLNEED, false); }
 
 // Reads the file-backed tensors a writer will stream ahead of it, on a
-// thread of its own, up to kWindow bytes past the one being written: the
-// kernel's work of filling the page cache (allocating pages, charging them,
-// submitting the reads: a quarter of a cached-program export's CPU time,
-// bench/program_cache.md) and the disk's reads run while the writer
+// thread of its own, up to kWindow bytes of the files past the one being
+// written: the kernel's work of filling the page cache (allocating pages,
+// charging them, submitting the reads: a quarter of a cached-program export's
+// CPU time, bench/program_cache.md) and the disk's reads run while the writer
 // transposes or converts the tensor before. Asked on the writer's thread,
 // that work waited for the copy before it and the copy waited for it.
+//
+// When the tensors come to over `uncache_above` bytes (0: a quarter of the
+// machine's memory) it also drops each one from the page cache once the
+// writer is done with it. Kept, a 7B checkpoint (13.5 GB on a 24 GB machine)
+// filled the page cache halfway through the export and the kernel's reclaim
+// of it halved the disk's rates for the rest (0.78 -> 0.37 GB/s in, 1.5 ->
+// 0.72 GB/s out; dropped: 24-27 s -> 16-17 s, bench/program_cache.md). A
+// smaller stream stays cached for the next export, as `cp` leaves it. The
+// drops are made by the same thread as the reads ahead, after them, so a
+// read ahead never brings back what was dropped.
 class ReadAhead {
  public:
   static constexpr uint64_t kWindow = 128ull << 20;
   // `order`: the tensors in the order the writer will stream them (those not
   // read from a mapped file are skipped).
-  explicit ReadAhead(const std::vector<const TensorData*>& order) {
+  ReadAhead(const std::vector<const TensorData*>& order, uint64_t uncache_above) {
     for (const TensorData* t : order)
       if (t->src_fd >= 0) {
         start_.push_back(end_);
-        end_ += t->nbytes();
+        end_ += mapped_bytes(*t);
         tensors_.push_back(t);
       }
+    if (!uncache_above) {
+      const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+      uncache_above = pages > 0 && page > 0
+                          ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4
+                          : UINT64_MAX;
+    }
+    drop_ = end_ > uncache_above;
     if (tensors_.size() > 1) thread_ = std::thread([this] { run(); });
   }
   ~ReadAhead() {
@@ -344,35 +375,67 @@ class ReadAhead {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    drop_done(done_);  // what the thread had not dropped yet
+    // Once more over all: pages still being read ahead when their tensor was
+    // dropped (a read ahead that fell behind the writer) were skipped then.
+    if (drop_)
+      for (const TensorData* t : tensors_) uncache_mapped(*t);
   }
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
   // Whether this thread reads `t` ahead (else the writer asks for it itself).
   bool covers(const TensorData& t) const { return thread_.joinable() && t.src_fd >= 0; }
-  // The writer is done with `t`: the window moves past it.
+  // The writer is done with file-backed `t`: the window moves past it, and it
+  // may be dropped.
   void done(const TensorData& t) {
-    if (!covers(t)) return;
+    if (t.src_fd < 0) return;
     {
       std::lock_guard lock(mu_);
-      consumed_ += t.nbytes();
+      consumed_ += mapped_bytes(t);
+      ++done_;
     }
-    cv_.notify_all();
+    if (thread_.joinable())
+      cv_.notify_all();
+    else
+      drop_done(done_);
   }
 
  private:
   void run() {
+    size_t done = 0;
     for (size_t i = 0; i < tensors_.size(); ++i) {
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return stop_ || start_[i] <= consumed_ + kWindow; });
         if (stop_) return;
+        done = done_;
       }
-      prefetch_mapped(*tensors_[i]);
+      drop_done(done);
+      if (i >= done) prefetch_mapped(*tensors_[i]);  // else the writer is past it
     }
+    if (!drop_) return;
+    for (;;) {  // every tensor asked for: the rest dropped as the writer ends them
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || done_ > dropped_; });
+        if (stop_) return;
+        done = done_;
+      }
+      drop_done(done);
+    }
+  }
+  // Drops the tensors before the n-th from the page cache (when drop_). Only
+  // the thread, or the destructor once it has ended, calls it.
+  void drop_done(size_t n) {
+    for (; dropped_ < n; ++dropped_)
+      if (drop_) uncache_mapped(*tensors_[dropped_]);
   }
   std::vector<const TensorData*> tensors_;
   std::vector<uint64_t> start_;  // byte offset of each in the stream of file-backed tensors
   uint64_t end_ = 0, consumed_ = 0;
+  size_t done_ = 0;     // tensors the writer is done with (in order)
+  size_t dropped_ = 0;  // tensors drop_done has passed
+  bool drop_ = false;
   bool stop_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -919,7 +982,7 @@ WriteResult write_model(const Graph& g, const std::string& path, const WriteOpti
   for (size_t f = 0; f < files.data_files(); ++f)
     for (auto& p : plan)
       if (p.ext && p.file == f) order.push_back(&p.init->data);
-  ReadAhead ahead(order);
+  ReadAhead ahead(order, opt.uncache_sources_above);
   PayloadWriter payload(opt, result.weight_bytes, &ahead);
   {
     FileOut out(files.model_fd(), files.model_temp_path());

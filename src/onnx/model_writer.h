@@ -19,6 +19,10 @@ struct WriteOptions {
   uint64_t external_data_threshold = 1800ull << 20;
   uint64_t external_min_tensor_bytes = 1024;
   uint64_t shard_bytes = 0;  // external data split into files of at most this size (0: one)
+  // Weights read from mapped files are dropped from the page cache once
+  // written when they come to more than this many bytes (0: a quarter of
+  // the machine's memory; see ReadAhead::drop_after_use in model_writer.cpp).
+  uint64_t uncache_sources_above = 0;
   std::function<void(std::string_view stage, double fraction)> progress;
 };
 

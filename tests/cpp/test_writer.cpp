@@ -1,6 +1,10 @@
 // The streaming writer: wire-format primitives, a written model decoded back
 // with a minimal protobuf reader, external data layout, and no file left on error.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -158,6 +162,74 @@ TEST(Writer, ExternalDataIsAlignedAndComplete) {
     }
   }
   EXPECT_EQ(offsets, (std::vector<std::string>{"0", "4096"}));
+}
+
+// Weights streamed from a mapped file leave the page cache once written when
+// they come to more than WriteOptions::uncache_sources_above bytes, and stay
+// cached below it. Both ways a weight leaves a file are covered: a kernel
+// copy (contiguous) and a transposing copy through memory (a strided view).
+TEST(Writer, DropsLargeSourcesFromThePageCache) {
+  TmpDir dir;
+  const std::string src = (dir.p / "weights.bin").string();
+  constexpr int64_t kRows = 512, kCols = 1024;  // 2 MiB of float per tensor
+  {
+    std::vector<float> v(2 * kRows * kCols);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 977);
+    std::ofstream(src, std::ios::binary)
+        .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  }
+  struct statfs fs_info {};
+  ASSERT_EQ(::statfs(src.c_str(), &fs_info), 0);
+  if (fs_info.f_type == TMPFS_MAGIC)
+    GTEST_SKIP() << "the temporary directory is a tmpfs: its pages cannot leave the page cache";
+  const int fd = ::open(src.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fsync(fd), 0);  // dirty pages would stay cached whatever the writer asks
+  const size_t size = 2 * kRows * kCols * 4;
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  auto resident_pages = [&] {
+    const long page = ::sysconf(_SC_PAGESIZE);
+    std::vector<unsigned char> in((size + page - 1) / page);
+    EXPECT_EQ(::mincore(map, size, in.data()), 0);
+    size_t n = 0;
+    for (unsigned char c : in) n += c & 1;
+    return n;
+  };
+  auto graph = [&] {
+    GraphBuilder b(18);
+    b.add_input("x", ValueType{DType::Float, Shape{Dim::of(kCols)}});
+    TensorData plain;
+    plain.dtype = DType::Float;
+    plain.dims = {kRows, kCols};
+    plain.data = static_cast<const uint8_t*>(map);
+    plain.src_fd = fd;
+    TensorData transposed = plain;  // [kCols, kRows] view of the second block
+    transposed.dims = {kCols, kRows};
+    transposed.strides = {1, kCols};
+    transposed.data += kRows * kCols * 4;
+    transposed.src_offset = kRows * kCols * 4;
+    std::string a = b.initializer("a", plain), t = b.initializer("t", transposed);
+    std::string y = b.op("MatMul", {b.op("MatMul", {a, "x"}), t});
+    b.add_output(y, b.type(y));
+    return b.take();
+  };
+  for (uint64_t above : {uint64_t{1} << 40, uint64_t{1}}) {
+    // Read the whole file into the page cache, then export from it.
+    for (size_t off = 0; off < size; off += 4096)
+      (void)*static_cast<const volatile uint8_t*>(static_cast<uint8_t*>(map) + off);
+    ASSERT_EQ(resident_pages(), size / 4096);
+    WriteOptions o;
+    o.external_data = ExternalData::Always;
+    o.uncache_sources_above = above;
+    write_model(graph(), (dir.p / "m.onnx").string(), o);
+    if (above == 1)
+      EXPECT_EQ(resident_pages(), 0u) << "the sources stayed in the page cache";
+    else
+      EXPECT_EQ(resident_pages(), size / 4096) << "a small source left the page cache";
+  }
+  ::munmap(map, size);
+  ::close(fd);
 }
 
 TEST(Writer, FailureLeavesNoFile) {
