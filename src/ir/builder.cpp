@@ -18,14 +18,18 @@ std::string GraphBuilder::fresh_name(const std::string& base) {
 
 void GraphBuilder::set_origin(std::string fx_node, std::string fx_target, std::string module_path,
                               const std::string& module_stack) {
-  fx_node_ = std::move(fx_node);
-  fx_target_ = std::move(fx_target);
-  module_path_ = std::move(module_path);
   // One shared string per distinct stack (consecutive FX nodes repeat it).
+  std::shared_ptr<const std::string> stack = origin_ ? origin_->module_stack : nullptr;
   if (module_stack.empty())
-    module_stack_.reset();
-  else if (!module_stack_ || *module_stack_ != module_stack)
-    module_stack_ = std::make_shared<const std::string>(module_stack);
+    stack.reset();
+  else if (!stack || *stack != module_stack)
+    stack = std::make_shared<const std::string>(module_stack);
+  fx_node_ = fx_node;
+  if (fx_node.empty() && fx_target.empty() && module_path.empty() && !stack)
+    origin_.reset();
+  else
+    origin_ = std::make_shared<const Origin>(
+        Origin{std::move(fx_node), std::move(fx_target), std::move(module_path), std::move(stack)});
 }
 
 std::string GraphBuilder::node_name(const std::string& op) {
@@ -56,10 +60,7 @@ std::vector<std::string> GraphBuilder::add_node(const std::string& op,
   n.name = node_name(op);
   n.inputs = std::move(inputs);
   n.attrs = std::move(attrs);
-  n.module_path = module_path_;
-  n.fx_node = fx_node_;
-  n.fx_target = fx_target_;
-  n.module_stack = module_stack_;
+  n.origin = origin_;
   std::string base = fx_node_.empty() ? "v" : fx_node_;
   for (size_t i = 0; i < n_outputs; ++i) n.outputs.push_back(fresh_name(base));
   if (out_types.empty()) out_types = infer_types(*this, n);

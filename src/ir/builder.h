@@ -114,8 +114,8 @@ class GraphBuilder {
   Counters name_counter_;
   NameSet node_names_;  // node_name()'s namespace
   Counters node_counter_;
-  std::string fx_node_, fx_target_, module_path_;
-  std::shared_ptr<const std::string> module_stack_;
+  std::string fx_node_;                   // names the nodes and values made now
+  std::shared_ptr<const Origin> origin_;  // stamped on them
   int node_seq_ = 0;
 };
 

@@ -69,8 +69,8 @@ class Checker {
     if (n) {
       msg += ", at node '" + n->name + "' (" + (n->domain.empty() ? "" : n->domain + "::") +
              n->op_type;
-      if (!n->fx_node.empty()) msg += ", from FX node " + n->fx_node;
-      if (!n->fx_target.empty()) msg += " " + n->fx_target;
+      if (!n->fx_node().empty()) msg += ", from FX node " + n->fx_node();
+      if (!n->fx_target().empty()) msg += " " + n->fx_target();
       msg += ")";
     }
     throw Error(msg + ": " + what +

@@ -489,6 +489,24 @@ bool Attr::operator==(const Attr& o) const {
   return false;
 }
 
+Origin& Node::edit_origin() {
+  // A copy of its own (the nodes sharing the old one keep it as it was).
+  auto own = std::make_shared<Origin>(origin ? *origin : Origin{});
+  Origin& o = *own;
+  origin = std::move(own);
+  return o;
+}
+
+const std::string& Node::no_text() {
+  static const std::string empty;
+  return empty;
+}
+
+const std::shared_ptr<const std::string>& Node::no_stack() {
+  static const std::shared_ptr<const std::string> none;
+  return none;
+}
+
 const Attr* Node::attr(std::string_view n) const {
   for (auto& a : attrs)
     if (a.name == n) return &a;

@@ -176,6 +176,19 @@ struct Attr {
   bool operator==(const Attr& o) const;
 };
 
+// Where a node came from: the FX node and its aten target, the torch module
+// path, and the module calls around it (nn_module_stack as the schema writes
+// it: "key,path,type;...", outermost first; a repeated call's key ends in
+// "@N"). One is shared by every ONNX node made of one FX node: as three
+// strings of every node it cost ~100 bytes and two allocations per node
+// (bench/node_scaling.md).
+struct Origin {
+  std::string fx_node;
+  std::string fx_target;
+  std::string module_path;
+  std::shared_ptr<const std::string> module_stack;  // null when there is none
+};
+
 struct Node {
   std::string op_type;
   std::string domain;  // "" = default ONNX domain
@@ -183,17 +196,25 @@ struct Node {
   std::vector<std::string> inputs;  // "" = omitted optional input
   std::vector<std::string> outputs;
   std::vector<Attr> attrs;
-  // Where it came from: the torch module path and the FX node / aten target.
-  std::string module_path;
-  std::string fx_node;
-  std::string fx_target;
-  // The torch module calls around it, outermost first: nn_module_stack as
-  // the schema writes it ("key,path,type;..."; a repeated call's key ends in
-  // "@N"). Shared by the nodes of one FX node; null when there is none.
-  std::shared_ptr<const std::string> module_stack;
+  // Where it came from (null: nowhere known). Shared: nodes copy the
+  // pointer; edit_origin() gives the node a copy of its own to change (for
+  // each change: only readers and rare passes change an origin).
+  std::shared_ptr<const Origin> origin;
+
+  const std::string& fx_node() const { return origin ? origin->fx_node : no_text(); }
+  const std::string& fx_target() const { return origin ? origin->fx_target : no_text(); }
+  const std::string& module_path() const { return origin ? origin->module_path : no_text(); }
+  const std::shared_ptr<const std::string>& module_stack() const {
+    return origin ? origin->module_stack : no_stack();
+  }
+  Origin& edit_origin();
 
   const Attr* attr(std::string_view n) const;
   bool has_subgraphs() const;
+
+ private:
+  static const std::string& no_text();
+  static const std::shared_ptr<const std::string>& no_stack();
 };
 
 struct GraphIO {

@@ -723,11 +723,11 @@ Attr parse_attribute(Ctx& c, std::string_view bytes) {
 // form "key: value; key: value" (IR < 10) when every part is one of ours.
 bool apply_provenance(Node& n, const std::string& key, const std::string& value) {
   if (key == "namespace")
-    n.module_path = value;
+    n.edit_origin().module_path = value;
   else if (key == "pkg.torch.onnx.fx_node")
-    n.fx_node = value;
+    n.edit_origin().fx_node = value;
   else if (key == "pkg.pt2onnx.aten_target")
-    n.fx_target = value;
+    n.edit_origin().fx_target = value;
   else
     return false;
   return true;

@@ -548,9 +548,9 @@ Msg node_proto(const Node& n, int ir_version) {
   if (!n.domain.empty()) m.bytes_field(7, n.domain);
   // Where the node came from: metadata_props (IR >= 10), else doc_string.
   std::vector<std::pair<std::string, std::string>> props;
-  if (!n.module_path.empty()) props.emplace_back("namespace", n.module_path);
-  if (!n.fx_node.empty()) props.emplace_back("pkg.torch.onnx.fx_node", n.fx_node);
-  if (!n.fx_target.empty()) props.emplace_back("pkg.pt2onnx.aten_target", n.fx_target);
+  if (!n.module_path().empty()) props.emplace_back("namespace", n.module_path());
+  if (!n.fx_node().empty()) props.emplace_back("pkg.torch.onnx.fx_node", n.fx_node());
+  if (!n.fx_target().empty()) props.emplace_back("pkg.pt2onnx.aten_target", n.fx_target());
   if (ir_version >= 10) {
     for (auto& [k, v] : props) {
       Msg e;

@@ -321,7 +321,7 @@ class Printer {
     s += "(";
     for (size_t i = 0; i < n.inputs.size(); ++i) s += (i ? ", " : "") + value_name(n.inputs[i]);
     s += ")";
-    if (!n.module_path.empty()) s += "   # " + n.module_path;
+    if (!n.module_path().empty()) s += "   # " + n.module_path();
     line(indent, s);
     for (auto& a : n.attrs) {
       if (a.kind != Attr::Kind::Graph || !a.ref.empty() || !a.g) continue;

@@ -57,7 +57,7 @@ bool is_scalar(const GraphIndex& idx, const std::string& v, double want) {
 const Node* sdpa_node(const GraphIndex& idx, const std::string& v, std::string_view op,
                       const std::string& fx_node) {
   const Node* n = idx.producer(v, op);
-  return n && n->fx_node == fx_node && is_sdpa(n->fx_target) ? n : nullptr;
+  return n && n->fx_node() == fx_node && is_sdpa(n->fx_target()) ? n : nullptr;
 }
 
 // `limit` holds the size `d`: a constant equal to a static d, or
@@ -107,7 +107,7 @@ std::optional<std::string> under_unsqueezes(const GraphIndex& idx, const std::st
 // j < S on the last axis, rows[i] = i for i < L on the axis before it.
 bool is_converter_causal(const GraphIndex& idx, const std::string& c, const Dim& l, const Dim& s) {
   const Node* le = idx.producer(c, "LessOrEqual");
-  if (!le || !is_sdpa(le->fx_target)) return false;
+  if (!le || !is_sdpa(le->fx_target())) return false;
   auto cols = under_unsqueezes(idx, le->inputs[0], 1);
   auto rows = under_unsqueezes(idx, le->inputs[1], 2);
   if (!cols || !rows) return false;
@@ -176,8 +176,9 @@ bool attention_dtype(DType t) {
 std::optional<SdpaMatch> match_sdpa(const GraphIndex& idx, size_t last) {
   const Graph& g = idx.graph();
   const Node& mm = g.nodes[last];
-  if (!is_op(&mm, "MatMul") || !is_sdpa(mm.fx_target) || mm.inputs.size() != 2) return std::nullopt;
-  const std::string& fx = mm.fx_node;
+  if (!is_op(&mm, "MatMul") || !is_sdpa(mm.fx_target()) || mm.inputs.size() != 2)
+    return std::nullopt;
+  const std::string& fx = mm.fx_node();
   SdpaMatch m;
   m.last = last;
   auto add = [&](const std::string& v) { m.nodes.push_back(*idx.producer_index(v)); };

@@ -455,10 +455,7 @@ class Converter {
       c.inputs = {in};
       c.outputs = {out};
       c.attrs = {Attr::Int("to", static_cast<int64_t>(dt))};
-      c.module_path = like.module_path;
-      c.fx_node = like.fx_node;
-      c.fx_target = like.fx_target;
-      c.module_stack = like.module_stack;
+      c.origin = like.origin;
       ++changed;
       return c;
     };

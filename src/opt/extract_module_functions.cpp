@@ -274,11 +274,12 @@ class Extractor {
  private:
   const Stack& stack_of(const Node& n) {
     static const Stack empty;
-    if (!n.module_stack) return empty;
-    auto it = stacks_.find(n.module_stack.get());
+    const auto& stack = n.module_stack();
+    if (!stack) return empty;
+    auto it = stacks_.find(stack.get());
     if (it == stacks_.end()) {
-      keep_.push_back(n.module_stack);
-      it = stacks_.emplace(n.module_stack.get(), parse_stack(*n.module_stack)).first;
+      keep_.push_back(stack);
+      it = stacks_.emplace(stack.get(), parse_stack(*stack)).first;
     }
     return it->second;
   }
@@ -432,11 +433,12 @@ class Extractor {
     node_names_.insert(call.name);
     call.inputs = inputs;
     call.outputs = outputs;
-    call.module_path = e.path;
-    call.fx_target = e.type;
+    Origin& origin = call.edit_origin();
+    origin.module_path = e.path;
+    origin.fx_target = e.type;
     const Stack& own = stack_of(nodes[first]);
     std::string parent = join_stack(own, depth);
-    if (!parent.empty()) call.module_stack = std::make_shared<const std::string>(parent);
+    if (!parent.empty()) origin.module_stack = std::make_shared<const std::string>(parent);
     for (auto& c : constants) embedded_.insert(c);
 
     return Plan{first, last, std::move(is_member), std::move(moved), std::move(call)};

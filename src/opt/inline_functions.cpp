@@ -130,7 +130,8 @@ class Inliner {
         }
         resolve_refs(c, n, f);
         c.name = fresh(prefix + c.name);
-        if (c.module_path.empty()) c.module_path = n.module_path;
+        if (c.module_path().empty() && !n.module_path().empty())
+          c.edit_origin().module_path = n.module_path();
         body.push_back(std::move(c));
       }
       // Calls inside the body (nested functions).

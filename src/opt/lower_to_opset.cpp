@@ -95,7 +95,7 @@ class Lowering {
   std::string fresh(const std::string& base) { return base + "_opset" + std::to_string(++fresh_); }
 
   void problem(const Node& n, const std::string& why) {
-    std::string where = n.fx_node.empty() ? "" : " (from " + n.fx_node + ")";
+    std::string where = n.fx_node().empty() ? "" : " (from " + n.fx_node() + ")";
     problems_.push_back(n.op_type + " '" + n.name + "'" + where + ": " + why);
   }
 

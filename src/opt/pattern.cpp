@@ -203,10 +203,7 @@ Node make_node(std::string op_type, std::vector<std::string> inputs,
   n.inputs = std::move(inputs);
   n.outputs = std::move(outputs);
   n.attrs = std::move(attrs);
-  n.module_path = like.module_path;
-  n.fx_node = like.fx_node;
-  n.fx_target = like.fx_target;
-  n.module_stack = like.module_stack;
+  n.origin = like.origin;
   return n;
 }
 

@@ -62,9 +62,13 @@ TEST(GraphBuilder, StampsOrigin) {
   b.set_origin("relu_3", "torch.ops.aten.relu.default", "encoder.layers.0");
   b.op("Relu", {"x"});
   const Node& n = b.graph().nodes.back();
-  EXPECT_EQ(n.module_path, "encoder.layers.0");
-  EXPECT_EQ(n.fx_node, "relu_3");
+  EXPECT_EQ(n.module_path(), "encoder.layers.0");
+  EXPECT_EQ(n.fx_node(), "relu_3");
+  EXPECT_EQ(n.fx_target(), "torch.ops.aten.relu.default");
   EXPECT_EQ(n.name, "relu_3/Relu");
+  // The nodes of one FX node share one origin.
+  b.op("Neg", {"x"});
+  EXPECT_EQ(b.graph().nodes.back().origin, b.graph().nodes.front().origin);
 }
 
 TEST(DTypes, TorchPromotion) {

@@ -543,8 +543,8 @@ TEST(CheckStructure, EmptyGraphAttributeIsRejected) {
 TEST(CheckStructure, MessageNamesTheFxNode) {
   Graph g = base();
   Node n = node("Relu", "r", {"ghost"}, {"y"});
-  n.fx_node = "relu_3";
-  n.fx_target = "aten.relu.default";
+  n.edit_origin().fx_node = "relu_3";
+  n.edit_origin().fx_target = "aten.relu.default";
   g.nodes.push_back(n);
   EXPECT_TRUE(
       rejects(g, "converting",

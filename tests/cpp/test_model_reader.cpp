@@ -67,9 +67,8 @@ struct Sample {
     g.initializers.push_back({"shape", TensorData::from_vector(DType::Int64, {2}, shape)});
 
     Node mm = make_node("MatMul", {"x", "fc.weight"}, {"mm"});
-    mm.module_path = "encoder.fc";
-    mm.fx_node = "linear";
-    mm.fx_target = "aten.linear.default";
+    mm.origin = std::make_shared<const Origin>(
+        Origin{"linear", "aten.linear.default", "encoder.fc", nullptr});
     g.nodes.push_back(mm);
     g.types["mm"] = tensor_type(DType::Float, {Dim::symbol("batch"), Dim::of(3)});
 
@@ -88,7 +87,7 @@ struct Sample {
     Graph then_g;
     then_g.name = "then_body";
     then_g.nodes.push_back(make_node("Relu", {"mm"}, {"r"}));
-    then_g.nodes.back().module_path = "branch";
+    then_g.nodes.back().edit_origin().module_path = "branch";
     then_g.outputs.push_back({"r", tensor_type(DType::Float, {Dim::symbol("batch"), Dim::of(3)})});
     Graph else_g;
     else_g.name = "else_body";
@@ -159,9 +158,9 @@ void expect_same_nodes(const std::vector<Node>& a, const std::vector<Node>& b) {
     EXPECT_EQ(a[i].name, b[i].name);
     EXPECT_EQ(a[i].inputs, b[i].inputs);
     EXPECT_EQ(a[i].outputs, b[i].outputs);
-    EXPECT_EQ(a[i].module_path, b[i].module_path);
-    EXPECT_EQ(a[i].fx_node, b[i].fx_node);
-    EXPECT_EQ(a[i].fx_target, b[i].fx_target);
+    EXPECT_EQ(a[i].module_path(), b[i].module_path());
+    EXPECT_EQ(a[i].fx_node(), b[i].fx_node());
+    EXPECT_EQ(a[i].fx_target(), b[i].fx_target());
     ASSERT_EQ(a[i].attrs.size(), b[i].attrs.size());
     for (size_t k = 0; k < a[i].attrs.size(); ++k) {
       const Attr &x = a[i].attrs[k], &y = b[i].attrs[k];
@@ -313,7 +312,7 @@ TEST(Reader, ModelMadeByTheOnnxPackage) {
 
   ASSERT_EQ(g.nodes.size(), 11u);
   EXPECT_EQ(g.nodes[0].attr("alpha")->f, 0.25f);
-  EXPECT_EQ(g.nodes[1].module_path, "encoder.proj");  // node metadata_props
+  EXPECT_EQ(g.nodes[1].module_path(), "encoder.proj");  // node metadata_props
   const Node& iff = g.nodes[4];
   ASSERT_EQ(iff.op_type, "If");
   ASSERT_EQ(subgraphs(iff).size(), 2u);
