@@ -210,7 +210,20 @@ def test_no_cache_and_weights_memory_leave_the_cache_alone(tmp_path):
 # The command in a process that reports which of torch and transformers it imported.
 _RUN = ("import sys; from pt2onnx._pretrained_command import main; rc = main(sys.argv[1:]); "
         "print('imported:', [m for m in ('torch', 'transformers') if m in sys.modules]); "
+        "print('metadata imported:', 'importlib.metadata' in sys.modules); "
         "sys.exit(rc)")
+
+
+def test_dist_version_reads_what_importlib_metadata_reads():
+    """The key's package versions, read without importing importlib.metadata, are its
+    versions: every distribution of this environment, and a missing one."""
+    import importlib.metadata
+
+    names = {d.metadata["Name"] for d in importlib.metadata.distributions()}
+    assert {"torch", "transformers"} <= {n.lower() for n in names}
+    for name in sorted(names):
+        assert _program_cache.dist_version(name) == importlib.metadata.version(name), name
+    assert _program_cache.dist_version("no-such-distribution-here") is None
 
 
 def test_command_hit_imports_neither_torch_nor_transformers(tmp_path):
@@ -232,6 +245,7 @@ def test_command_hit_imports_neither_torch_nor_transformers(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "program cache: hit" in r.stdout
     assert "imported: []" in r.stdout, r.stdout
+    assert "metadata imported: False" in r.stdout, r.stdout  # a hit's start-up stays short
     for name in ("model.onnx", "model.onnx.data"):
         assert (tmp_path / "miss" / name).read_bytes() == (tmp_path / "hit" / name).read_bytes()
     # --no-cache: captured again, the cache neither read nor written.
