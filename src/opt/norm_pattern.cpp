@@ -98,7 +98,10 @@ std::optional<Square> match_square(const GraphIndex& ix, const std::string& v) {
 std::vector<InvStdScale> match_inv_std_scale(const GraphIndex& ix, size_t k) {
   const Node& n = ix.graph().nodes[k];
   std::vector<InvStdScale> out;
-  if (n.domain.size() || n.inputs.size() != 2 || n.outputs.size() != 1) return out;
+  // The op first: this runs on every node, and the rank is a lookup.
+  if (n.domain.size() || n.inputs.size() != 2 || n.outputs.size() != 1 ||
+      (n.op_type != "Div" && n.op_type != "Mul"))
+    return out;
   auto rank = ix.rank(n.outputs[0]);
   if (!rank) return out;
   // v = Add(var, eps), read once.
@@ -133,9 +136,12 @@ std::vector<InvStdScale> match_inv_std_scale(const GraphIndex& ix, size_t k) {
     const std::string& r = n.inputs[1 - i];
     InvStdScale s;
     s.x = n.inputs[i];
-    if (s.x == r || !read_once(ix, r)) continue;
+    if (s.x == r) continue;
     const Node* p = ix.producer(r);
-    if (!p || !p->domain.empty() || p->outputs.size() != 1) continue;
+    if (!p || !p->domain.empty() || p->outputs.size() != 1 ||
+        (p->op_type != "Reciprocal" && p->op_type != "Div" && p->op_type != "Pow") ||
+        !read_once(ix, r))
+      continue;
     s.nodes.push_back(*ix.producer_index(r));
     bool ok = false;
     if (p->op_type == "Reciprocal" && p->inputs.size() == 1) {
