@@ -924,6 +924,7 @@ def main():
         res["heap"] = heap_profile(man["archives"][mid]["path"], out(mid),
                                    man["archives"][mid]["nodes"])
     dest = args.out or (DATA if args.quick else HERE)
+    os.makedirs(dest, exist_ok=True)
     cmdline = "python bench/node_scaling.py " + " ".join(sys.argv[1:])
     res["cmdline"] = cmdline.strip()
     write_report(res, os.path.join(dest, "node_scaling.md"),
