@@ -302,8 +302,6 @@ class DataOut {
   uint64_t file_off_ = 0;
 };
 
-// Drops pages of a file-backed (read-only, private) mapping after reading
-// them, so streaming a large archive does not grow resident memory.
 // The bytes of the mapped file a tensor reads: its stored elements' span (a
 // bfloat16 weight exported as float32 reads half its output's bytes).
 uint64_t mapped_bytes(const TensorData& t) {
@@ -314,6 +312,8 @@ void advise_mapped(const TensorData& t, int advice, bool inner) {
   if (uint64_t span = mapped_bytes(t)) advise_pages(t.data, span, advice, inner);
 }
 
+// Drops pages of a file-backed (read-only, private) mapping after reading
+// them, so streaming a large archive does not grow resident memory.
 void release_mapped(const TensorData& t) { advise_mapped(t, MADV_DONTNEED, true); }
 
 // Drops a file-backed tensor's pages from this process's mapping and from the
@@ -343,7 +343,7 @@ void prefetch_mapped(const TensorData& t) { advise_mapped(t, MADV_WILLNEED, fals
 // writer is done with it. Kept, a 7B checkpoint (13.5 GB on a 24 GB machine)
 // filled the page cache halfway through the export and the kernel's reclaim
 // of it halved the disk's rates for the rest (0.78 -> 0.37 GB/s in, 1.5 ->
-// 0.72 GB/s out; dropped: 24-27 s -> 16-17 s, bench/program_cache.md). A
+// 0.72 GB/s out; dropped: 24-27 s -> 16-20 s, bench/program_cache.md). A
 // smaller stream stays cached for the next export, as `cp` leaves it. The
 // drops are made by the same thread as the reads ahead, after them, so a
 // read ahead never brings back what was dropped.
