@@ -30,7 +30,7 @@ struct TensorMeta {
   DType dtype = DType::Undefined;
   int64_t scalar_type = 0;  // schema numbering, for messages
   std::vector<SymSize> sizes;
-  std::vector<SymSize> strides;
+  std::vector<SymSize> strides;  // a weight's (payload configs) only; see Reader::tensor_meta
   SymSize storage_offset;
 };
 

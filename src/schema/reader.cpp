@@ -303,8 +303,8 @@ Program read_split(ProgramSplit& split, std::string_view json, const std::string
       [&](const auto& kv) { text.append(1, '"').append(kv.first).append("\":").append(kv.second); },
       [&](simdjson::dom::element batch) {
         for (auto [k, v] : batch.get_object())
-          p.graph.tensor_values.emplace(std::string(k),
-                                        reader.tensor_meta(v, Path(graph, ".tensor_values.", k)));
+          p.graph.tensor_values.emplace(
+              std::string(k), reader.tensor_meta(v, Path(graph, ".tensor_values.", k), false));
       });
   if (place.in_file) advise_pages(json.data(), json.size(), MADV_DONTNEED, /*inner=*/true);
   return p;

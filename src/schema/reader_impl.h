@@ -161,7 +161,11 @@ class Reader {
     return s;
   }
 
-  TensorMeta tensor_meta(Elem e, const Path& path) const {
+  // `keep_strides`: false for the graph's values, whose strides nothing
+  // converts by (ONNX values have no layout): checked, not kept (~150 bytes a
+  // value while the program is converted, bench/node_scaling.md). A weight's
+  // (payload configs) are kept: its bytes are read by them.
+  TensorMeta tensor_meta(Elem e, const Path& path, bool keep_strides = true) const {
     Obj o = obj(e, path);
     TensorMeta m;
     m.scalar_type = integer(req(o, "dtype", path), Path(path, ".dtype"));
@@ -177,8 +181,10 @@ class Reader {
     }
     if (auto st = field(o, "strides")) {
       i = 0;
-      for (Elem d : doc_.elements(arr(*st, Path(path, ".strides"))))
-        m.strides.push_back(sym_size(d, Path(path, ".strides", i++)));
+      for (Elem d : doc_.elements(arr(*st, Path(path, ".strides")))) {
+        SymSize s = sym_size(d, Path(path, ".strides", i++));
+        if (keep_strides) m.strides.push_back(std::move(s));
+      }
     }
     if (auto so = field(o, "storage_offset"))
       m.storage_offset = sym_size(*so, path);
@@ -347,7 +353,8 @@ class Reader {
     for (Elem n : doc_.elements(arr(req(o, "nodes", path), Path(path, ".nodes"))))
       g.nodes.push_back(node(n, Path(path, ".nodes", i++)));
     for (auto [k, v] : doc_.items(obj(req(o, "tensor_values", path), Path(path, ".tensor_values"))))
-      g.tensor_values.emplace(std::string(k), tensor_meta(v, Path(path, ".tensor_values.", k)));
+      g.tensor_values.emplace(std::string(k),
+                              tensor_meta(v, Path(path, ".tensor_values.", k), false));
     if (auto sv = field(o, "sym_int_values"))
       for (auto [k, v] : doc_.items(obj(*sv, Path(path, ".sym_int_values"))))
         g.sym_int_values.emplace(std::string(k), sym_size(v, Path(path, ".sym_int_values.", k)));
