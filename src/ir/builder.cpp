@@ -24,7 +24,6 @@ void GraphBuilder::set_origin(std::string fx_node, std::string fx_target, std::s
     stack.reset();
   else if (!stack || *stack != module_stack)
     stack = std::make_shared<const std::string>(module_stack);
-  fx_node_ = fx_node;
   if (fx_node.empty() && fx_target.empty() && module_path.empty() && !stack)
     origin_.reset();
   else
@@ -36,7 +35,9 @@ std::string GraphBuilder::node_name(const std::string& op) {
   // Node names are unique among nodes only (ONNX keeps them apart from value
   // names), so they have a set of their own: smaller sets, and no prefixed
   // copy of each name (fresh_name was ~28% of convert on a 200k-node graph).
-  std::string base = fx_node_.empty() ? op : fx_node_ + "/" + op;
+  static const std::string kNoFxNode;
+  const std::string& fx = origin_ ? origin_->fx_node : kNoFxNode;
+  std::string base = fx.empty() ? op : fx + "/" + op;
   if (node_names_.insert(base).second) return base;
   int& k = node_counter_[base];
   std::string n;
@@ -61,7 +62,7 @@ std::vector<std::string> GraphBuilder::add_node(const std::string& op,
   n.inputs = std::move(inputs);
   n.attrs = std::move(attrs);
   n.origin = origin_;
-  std::string base = fx_node_.empty() ? "v" : fx_node_;
+  std::string base = origin_ && !origin_->fx_node.empty() ? origin_->fx_node : "v";
   for (size_t i = 0; i < n_outputs; ++i) n.outputs.push_back(fresh_name(base));
   if (out_types.empty()) out_types = infer_types(*this, n);
   for (size_t i = 0; i < n_outputs; ++i)

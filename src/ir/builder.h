@@ -114,8 +114,8 @@ class GraphBuilder {
   Counters name_counter_;
   NameSet node_names_;  // node_name()'s namespace
   Counters node_counter_;
-  std::string fx_node_;                   // names the nodes and values made now
-  std::shared_ptr<const Origin> origin_;  // stamped on them
+  // Stamped on the nodes made now; its FX node names them and their values.
+  std::shared_ptr<const Origin> origin_;
   int node_seq_ = 0;
 };
 
