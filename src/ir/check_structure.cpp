@@ -141,11 +141,23 @@ void check_values(const Graph& g, const std::string& after) {
   Checker(after, "the main graph", false).graph(g);
 }
 
+namespace {
+
+// An environment switch: set, and neither empty nor "0".
+bool env_switch(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string_view(v) != "0";
+}
+
+}  // namespace
+
 bool check_each_pass() {
-  static const bool on = [] {
-    const char* v = std::getenv("PT2ONNX_CHECK_EACH_PASS");
-    return v && *v && std::string_view(v) != "0";
-  }();
+  static const bool on = env_switch("PT2ONNX_CHECK_EACH_PASS");
+  return on;
+}
+
+bool print_pass_times() {
+  static const bool on = env_switch("PT2ONNX_PASS_TIMES");
   return on;
 }
 

@@ -35,5 +35,8 @@ void check_structure(const Graph& g, int opset, const std::string& after);
 // that broke a graph.
 void check_values(const Graph& g, const std::string& after);
 bool check_each_pass();
+// PT2ONNX_PASS_TIMES=1: each pass's wall time and count on stderr
+// (pass_list.cpp; where the optimize stage's time goes, bench/node_scaling.md).
+bool print_pass_times();
 
 }  // namespace pt2onnx

@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <unordered_set>
@@ -62,16 +61,6 @@ class Nesting {
 
 // PT2ONNX_CHECK_EACH_PASS=1: the value rules after every pass, so a broken
 // graph names the pass that broke it (check_structure.h).
-// PT2ONNX_PASS_TIMES=1: each pass's wall time and count on stderr (where the
-// optimize stage's time goes, bench/node_scaling.md).
-bool print_pass_times() {
-  static const bool on = [] {
-    const char* v = std::getenv("PT2ONNX_PASS_TIMES");
-    return v && *v && std::string_view(v) != "0";
-  }();
-  return on;
-}
-
 template <typename... Args>
 size_t run_checked(const char* name, Graph& g, Nesting& nesting, Args... args) {
   auto t0 = std::chrono::steady_clock::now();
