@@ -375,9 +375,9 @@ class ReadAhead {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
-    drop_done(done_);  // what the thread had not dropped yet
-    // Once more over all: pages still being read ahead when their tensor was
-    // dropped (a read ahead that fell behind the writer) were skipped then.
+    // Once over all, the thread's drops done or not: what it had not dropped
+    // yet, and pages still being read ahead when their tensor was dropped (a
+    // read ahead that fell behind the writer), which that drop skipped.
     if (drop_)
       for (const TensorData* t : tensors_) uncache_mapped(*t);
   }
@@ -394,10 +394,7 @@ class ReadAhead {
       consumed_ += mapped_bytes(t);
       ++done_;
     }
-    if (thread_.joinable())
-      cv_.notify_all();
-    else
-      drop_done(done_);
+    cv_.notify_all();
   }
 
  private:
@@ -424,8 +421,8 @@ class ReadAhead {
       drop_done(done);
     }
   }
-  // Drops the tensors before the n-th from the page cache (when drop_). Only
-  // the thread, or the destructor once it has ended, calls it.
+  // Drops the tensors before the n-th from the page cache (when drop_); the
+  // thread's only.
   void drop_done(size_t n) {
     for (; dropped_ < n; ++dropped_)
       if (drop_) uncache_mapped(*tensors_[dropped_]);
