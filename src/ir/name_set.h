@@ -6,9 +6,13 @@
 // allocates a node per name, and a second block per name over 15 characters,
 // and chases both on every lookup. Here each name is copied once into an
 // arena of large chunks and found through an open-addressing table of ids
-// (linear probing, the full hash kept per entry so a probe compares strings
-// only on a hash match). Names are never removed, so ids are stable and
-// dense: callers index their own per-name data by them.
+// (linear probing). Each slot holds the id and 32 bits of the name's hash, so
+// a probe past another name, and the search that ends an insert of a new
+// one, stay within the slot table: only a hash match reads the entry and its
+// characters (with the hash beside the entry instead, each probe was a cache
+// miss of its own at 200k nodes, bench/node_scaling.md). Names are never
+// removed, so ids are stable and dense: callers index their own per-name data
+// by them.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -39,20 +43,18 @@ class NameSet {
   uint32_t find(std::string_view name) const;
   bool contains(std::string_view name) const { return find(name) != kNone; }
   size_t size() const { return entries_.size(); }
-  std::string_view name(uint32_t id) const { return entries_[id].name; }
+  std::string_view name(uint32_t id) const { return entries_[id]; }
 
  private:
-  struct Entry {
-    std::string_view name;  // in chunks_
-    size_t hash;
-  };
-  static size_t hash_of(std::string_view s);
-  size_t slot_of(size_t hash) const;
+  // A slot: (32 bits of the name's hash) << 32 | (id + 1); 0 = empty.
+  static uint32_t hash_of(std::string_view s);
+  size_t slot_of(uint32_t hash) const;
   void rehash(size_t slots);
   std::string_view keep(std::string_view s);
 
-  std::vector<Entry> entries_;
-  std::vector<uint32_t> slots_;  // id + 1; 0 = empty; size 0 or a power of two
+  std::vector<std::string_view> entries_;  // by id; the characters in chunks_
+  std::vector<uint64_t> slots_;            // size 0 or a power of two
+  unsigned shift_ = 32;                    // 32 - log2(slots_.size())
   std::vector<std::unique_ptr<char[]>> chunks_;
   char* next_ = nullptr;
   size_t left_ = 0;
