@@ -302,21 +302,25 @@ void Ctx::set_output(size_t i, const std::string& produced) {
   std::string value = produced;
   // Give the ONNX value the FX name when this conversion created it.
   const schema::TensorMeta* meta = find_meta(fx);
-  // The ONNX type torch's dtype maps to (complex: its real component type).
-  DType want = meta ? meta_type(*meta).dtype : DType::Undefined;
-  // An in-place op keeps its tensor's dtype: eq_ on floats computes a bool
-  // and stores it as float, as torch copies the result into `self`.
-  if (meta && b.has_type(value) && dtype(value) != want && !functional_target(node.target).empty())
-    value = cast(value, want);
-  if (meta && b.has_type(value) && dtype(value) != want)
-    fail("internal: converter produced " + std::string(dtype_name(dtype(value))) + " for output '" +
-         fx + "' where torch records " + std::string(dtype_name(meta->dtype)));
+  if (meta) {
+    // The ONNX type torch's dtype maps to (complex: its real component type).
+    const DType want = is_complex(meta->dtype) ? complex_component(meta->dtype) : meta->dtype;
+    const ValueType* t = b.find_type(value);
+    // An in-place op keeps its tensor's dtype: eq_ on floats computes a bool
+    // and stores it as float, as torch copies the result into `self`.
+    if (t && t->dtype != want && !functional_target(node.target).empty()) {
+      value = cast(value, want);
+      t = b.find_type(value);
+    }
+    if (t && t->dtype != want)
+      fail("internal: converter produced " + std::string(dtype_name(t->dtype)) + " for output '" +
+           fx + "' where torch records " + std::string(dtype_name(meta->dtype)));
+  }
   if (value != fx && !env.nested && !b.is_used(fx) && b.rename_output(value, fx, first_node)) {
     env.values[fx] = fx;
     for (auto& [k, v] : env.cache)
       if (v == value) v = fx;
-    if (meta)
-      b.set_type(fx, declared_type(meta_type(*meta), b.has_type(fx) ? &b.type(fx) : nullptr));
+    if (meta) b.set_type(fx, declared_type(meta_type(*meta), b.find_type(fx)));
     return;
   }
   env.values[fx] = value;

@@ -67,6 +67,9 @@ class GraphBuilder {
   size_t scope_depth() const { return outer_.size(); }
 
   const ValueType& type(const std::string& v) const;
+  // The type of `v`, or null when it has none (one lookup where has_type()
+  // and type() make two).
+  const ValueType* find_type(const std::string& v) const;
   bool has_type(const std::string& v) const { return find_type(v) != nullptr; }
   void set_type(const std::string& v, ValueType t) { graph_.types[v] = std::move(t); }
   size_t rank(const std::string& v) const;
@@ -91,7 +94,6 @@ class GraphBuilder {
  private:
   std::string node_name(const std::string& op);
   void add_initializer(const std::string& unique_name, TensorData data);
-  const ValueType* find_type(const std::string& v) const;
   Graph& root() { return outer_.empty() ? graph_ : outer_.front(); }
   const Graph& root() const { return outer_.empty() ? graph_ : outer_.front(); }
 
