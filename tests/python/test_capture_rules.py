@@ -88,14 +88,19 @@ def _capture(model, x, dynamic_shapes, rules):
         return torch.export.export(model, (x,), dynamic_shapes=dynamic_shapes)
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-def test_same_graph_without_the_decomposition(layout, monkeypatch):
-    torch.manual_seed(0)
+def _net_and_input(layout, seed):
+    torch.manual_seed(seed)
     model = ConvNet().eval()
     x = torch.randn(2, 3, 40, 56)
     if layout == "channels_last":
         model = model.to(memory_format=torch.channels_last)
         x = x.to(memory_format=torch.channels_last)
+    return model, x
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_same_graph_without_the_decomposition(layout, monkeypatch):
+    model, x = _net_and_input(layout, seed=0)
     calls = _count_decompositions(monkeypatch)
     plain = _capture(model, x, DYN, rules=False)
     assert len(calls) >= 4, "torch's fake tensors no longer run the decomposition here"
@@ -143,12 +148,7 @@ def test_rule_is_removed_after_the_capture():
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
 def test_export_matches_on_other_sizes(layout, tmp_onnx):
-    torch.manual_seed(1)
-    model = ConvNet().eval()
-    x = torch.randn(2, 3, 40, 56)
-    if layout == "channels_last":
-        model = model.to(memory_format=torch.channels_last)
-        x = x.to(memory_format=torch.channels_last)
+    model, x = _net_and_input(layout, seed=1)
     pt2onnx.export(model, (x,), tmp_onnx, dynamic_shapes=DYN)
     for shape in [(1, 3, 33, 17), (3, 3, 64, 48)]:
         assert_matches(model, tmp_onnx, {"x": torch.randn(shape)}, atol=1e-4, rtol=1e-4)
