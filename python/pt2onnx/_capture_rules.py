@@ -117,8 +117,9 @@ It holds for every image resized to a height of 68 pixels or more (padding to
 what every eval-mode BatchNorm layer runs) over symbolic sizes: torch's fake
 tensors compute its output by running its Python decomposition, ten
 elementwise operations each broadcasting over the symbolic image size (about
-10 ms per layer: 0.23 s of ResNet-50's 0.89 s capture with a dynamic batch and
-image size, 53 layers). While capturing, the output is made as torch's
+10 ms for each layer it runs on, those whose sizes the fake-tensor cache has
+not seen: 0.23 s of ResNet-50's 0.89 s capture with a dynamic batch and image
+size). While capturing, the output is made as torch's
 decomposition makes it on the CPU: a tensor of the input's shape, strides and
 dtype, and two empty tensors (the statistics torch does not save in
 inference). Only for an input laid out contiguous or channels-last with

@@ -32,9 +32,10 @@ uint32_t NameSet::hash_of(std::string_view s) {
   return static_cast<uint32_t>(h ^ (h >> 32));
 }
 
-// Fibonacci hashing: the slot's bits come from all of the hash's.
+// Fibonacci hashing: the slot's bits come from all of the hash's. Only
+// called with slots (every table has 16 or more once anything is added).
 size_t NameSet::slot_of(uint32_t hash) const {
-  return shift_ >= 32 ? 0 : static_cast<uint32_t>(hash * 0x9e3779b9U) >> shift_;
+  return static_cast<uint32_t>(hash * 0x9e3779b9U) >> shift_;
 }
 
 void NameSet::reserve(size_t n) {

@@ -54,7 +54,7 @@ class NameSet {
 
   std::vector<std::string_view> entries_;  // by id; the characters in chunks_
   std::vector<uint64_t> slots_;            // size 0 or a power of two
-  unsigned shift_ = 32;                    // 32 - log2(slots_.size())
+  unsigned shift_ = 32;                    // 32 - log2(slots_.size()), set by rehash()
   std::vector<std::unique_ptr<char[]>> chunks_;
   char* next_ = nullptr;
   size_t left_ = 0;

@@ -40,7 +40,7 @@ class ConvNet(torch.nn.Module):
         return y, pooled, seq
 
 
-class Permuted(torch.nn.Module):
+class Transposed(torch.nn.Module):
     """A batch norm over an input neither contiguous nor channels-last (H and W swapped):
     torch's own path."""
 
@@ -117,12 +117,11 @@ def test_same_graph_without_the_decomposition(layout, monkeypatch):
 def test_other_inputs_take_torchs_path(monkeypatch):
     """A non-contiguous input, and statistics of another length than the channels: the
     decomposition runs (and the mismatch fails as it does in torch)."""
-    model = Permuted().eval()
+    model = Transposed().eval()
     x = torch.randn(2, 4, 16, 24)
-    dyn = DYN
-    plain = _capture(model, x, dyn, rules=False)
+    plain = _capture(model, x, DYN, rules=False)
     calls = _count_decompositions(monkeypatch)
-    fast = _capture(model, x, dyn, rules=True)
+    fast = _capture(model, x, DYN, rules=True)
     assert calls, "a transposed input should run torch's decomposition"
     assert _metas(fast) == _metas(plain)
 
