@@ -17,7 +17,7 @@ export CXX ?= g++
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 CPP_BUILD := build/cpp
-APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev clang-format time ccache
+APT_PACKAGES := libsimdjson-dev libgtest-dev libmimalloc-dev zlib1g-dev clang-format time ccache
 # Inside the environment: removing .venv re-installs everything.
 STAMP := $(VENV)/.deps-stamp
 # The editable install of pt2onnx, redone when what it builds from changed: pip -e takes ~9 s
@@ -156,7 +156,7 @@ test-sanitize: sanitize-configure
 	done; exit $$rc
 
 # libFuzzer, seeded with the hostile corpus (valid.pt2 included, so inputs
-# reach conversion); bounded. The three targets run at once: fuzz_archive
+# reach conversion) and a TorchScript file (tests/data/torchscript/small.pt); bounded. The three targets run at once: fuzz_archive
 # (archive + schema readers), fuzz_pipeline (read, convert, write a file) and
 # fuzz_model_reader (the ONNX reader, seeded with tests/data/onnx/*.onnx).
 # FUZZ_SECONDS is the CPU time they share, a third each: with JOBS cores each
@@ -171,7 +171,7 @@ fuzz: sanitize-configure
 	[ $$each -lt $$(( $(FUZZ_SECONDS) / n )) ] && each=$$(( $(FUZZ_SECONDS) / n )); \
 	[ $$each -gt 0 ] || each=1; pids=""; \
 	for t in $(FUZZ_TARGETS); do \
-	  seeds="tests/data/hostile/*.pt2 tests/data/fuzz/*.pt2"; [ $$t = fuzz_model_reader ] && seeds=tests/data/onnx/*.onnx; \
+	  seeds="tests/data/hostile/*.pt2 tests/data/fuzz/*.pt2 tests/data/torchscript/*.pt"; [ $$t = fuzz_model_reader ] && seeds=tests/data/onnx/*.onnx; \
 	  mkdir -p $(SAN_BUILD)/corpus_$$t && cp $$seeds $(SAN_BUILD)/corpus_$$t/; \
 	  echo "== $$t, $$each s (of wall time, $$n targets at once on $(JOBS) cores)"; \
 	  $(SAN_BUILD)/$$t $(SAN_BUILD)/corpus_$$t -max_total_time=$$each \

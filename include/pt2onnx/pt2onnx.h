@@ -105,6 +105,17 @@ enum class FileKind { Pt2, TorchScript, TorchSave, NotAnArchive };
 // Throws pt2onnx::Error when the file cannot be read.
 FileKind file_kind(const std::string& path);
 
+// Whether a TorchScript file may be handed to torch.jit.load, decided without
+// running anything: loading runs the file's code (each __setstate__), so all of
+// its code/ text is read first and refused unless it is tensor code (no
+// __setstate__ but torch's own, no op that reaches files, prints, the network or
+// global state; src/archive/torchscript_check.cpp). Throws pt2onnx::Error with
+// one line naming the entry, line, method and op; returns when the file may load.
+void check_torchscript_file(const std::string& path);
+// Why a TorchScript node kind ("aten::from_file") is refused by the same rules,
+// or nothing: for graphs read after loading.
+std::optional<std::string> torchscript_op_refusal(std::string_view kind);
+
 struct Options {
   int opset = 18;
   bool optimize = true;

@@ -758,3 +758,25 @@ def _unsupported_message(failures: list, e: BaseException) -> str:
     for kind, where, why in failures:
         lines.append(f"  {kind}" + (f" ({where})" if where else "") + f": {why}")
     return "\n".join(lines)
+
+
+def check_loaded_graphs(model: Any, path: str) -> None:
+    """The methods of a TorchScript model loaded from `path`, each inlined, checked node by
+    node with the C++ core's rules for TorchScript files (`_core.torchscript_op_refusal`):
+    the file's text was checked before loading (`_core.check_torchscript_file`); this is the
+    same check on the graphs torch compiled from it, before any of them runs."""
+    from . import _core
+
+    def walk(block, method):
+        for node in block.nodes():
+            why = _core.torchscript_op_refusal(node.kind())
+            if why is not None:
+                where = _source_line(node)
+                raise TorchScriptError(
+                    f"{path}: method {method} uses {node.kind()}, which {why}"
+                    + (f" ({where})" if where else "") + "; pt2onnx converts no such file")
+            for sub in node.blocks():
+                walk(sub, method)
+
+    for name in model._c._method_names():
+        walk(model._c._get_method(name).inlined_graph, name)

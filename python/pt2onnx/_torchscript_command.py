@@ -13,6 +13,8 @@ import re
 import sys
 import time
 
+from . import _torchscript
+
 _DIM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:=(\d+))?$|^(\d+)$")
 
 
@@ -81,21 +83,29 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         t0 = time.perf_counter()
-        import torch
-
-        import pt2onnx
-
+        # The arguments first, then the file's code, and only then torch.jit.load, which runs
+        # the file's code (its __setstate__ methods): nothing of it runs unless all of it is
+        # tensor code (src/archive/torchscript_check.cpp).
         if not a.input:
             raise ValueError(f"{a.file} is a TorchScript model, which does not record its "
                              "inputs: give each with --input NAME:DTYPE[DIMS], e.g. "
                              "--input 'x:float32[batch,3,224,224]'")
+        specs = [parse_input(s) for s in a.input]
+        if a.training.upper() not in ("EVAL", "TRAINING", "PRESERVE"):
+            raise ValueError(f"--training must be eval, training or preserve, not {a.training!r}")
+        import torch
+
+        import pt2onnx
+        from pt2onnx import _core
+
+        _core.check_torchscript_file(a.file)
         try:
             model = torch.jit.load(a.file, map_location="cpu")
         except Exception as e:  # noqa: BLE001 - one line, naming the file
             raise ValueError(f"{a.file}: torch.jit.load cannot read it ({type(e).__name__}: "
                              f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})") \
                 from None
-        specs = [parse_input(s) for s in a.input]
+        _torchscript.check_loaded_graphs(model, a.file)
         args = tuple(example(dtype, dims) for _, dtype, dims in specs)
         names = [n.split(",") for n in a.input_names]
         input_names = [x for n in names for x in n] or [n for n, _, _ in specs]

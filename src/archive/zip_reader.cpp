@@ -125,25 +125,20 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string what, bool li
       x += 4 + len;
     }
     if (unsafe_name(e.name)) c.fail("entry '" + e.name + "' has an unsafe name (absolute or '..')");
-    if (method != 0 && list_compressed) {
-      // Listed by name only (TorchScript archives deflate their code): no data.
-      e.compressed = true;
-      if (!index_.emplace(e.name, entries_.size()).second)
-        c.fail("entry '" + e.name + "' appears twice");
-      entries_.push_back(std::move(e));
-      p += 46 + name_len + extra_len + comment_len;
-      continue;
-    }
-    if (method != 0)
+    if (method != 0 && !list_compressed)
       c.fail("entry '" + e.name + "' is compressed (method " + std::to_string(method) +
              "); torch archives store entries uncompressed");
-    if (csize != usize) c.fail("entry '" + e.name + "': stored sizes disagree");
+    if (method == 0 && csize != usize) c.fail("entry '" + e.name + "': stored sizes disagree");
     if (c.u32(local) != kLocalSig) c.fail("entry '" + e.name + "': bad local header signature");
     // The local header's own name / extra lengths decide where data starts.
     uint64_t data_off = local + 30 + c.u16(local + 26) + c.u16(local + 28);
-    c.need(data_off, usize, ("entry '" + e.name + "' data").c_str());
+    c.need(data_off, csize, ("entry '" + e.name + "' data").c_str());
     e.offset = data_off;
-    e.size = usize;
+    e.size = csize;
+    // Listed with list_compressed (TorchScript archives deflate their code).
+    e.compressed = method != 0;
+    e.method = method;
+    e.inflated_size = usize;
     if (!index_.emplace(e.name, entries_.size()).second)
       c.fail("entry '" + e.name + "' appears twice");
     entries_.push_back(std::move(e));

@@ -19,7 +19,11 @@ struct ZipEntry {
   std::string name;
   uint64_t offset = 0;  // of the data, from the start of the zip bytes
   uint64_t size = 0;
-  bool compressed = false;  // listed only (list_compressed): offset / size not set
+  // Listed only with list_compressed: offset and size are then the compressed bytes', and
+  // inflated_size what they inflate to (torchscript_check.cpp inflates code/ text).
+  bool compressed = false;
+  uint16_t method = 0;
+  uint64_t inflated_size = 0;
 };
 
 class ZipReader {

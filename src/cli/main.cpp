@@ -40,6 +40,9 @@ void usage(FILE* out) {
       "Converts a torch.export archive to ONNX without Python or libtorch; nothing in\n"
       "the archive is executed. A TorchScript file (torch.jit.save; told apart by its\n"
       "contents, not its name) is converted by pt2onnx's Python, which needs torch.\n"
+      "Loading a TorchScript file runs its code, so its code is read first, without\n"
+      "running it, and the file refused unless all of it is tensor code (no\n"
+      "__setstate__ but torch's own, no file, print or process op).\n"
       "\n"
       "options:\n"
       "  -o, --output PATH          output file (default: MODEL.onnx beside the input)\n"
@@ -328,6 +331,8 @@ int run_convert(const std::vector<std::string>& args) {
                      std::to_string(pt2onnx::kMaxOpset)};
   switch (pt2onnx::file_kind(input)) {
     case pt2onnx::FileKind::TorchScript:
+      // Python checks the arguments, then the file's code (check_torchscript_file), and only
+      // then loads it, which runs its code.
       return run_torchscript(input, [&] {
         std::vector<std::string> rest = args;
         rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(input_at));

@@ -7,6 +7,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
@@ -261,6 +262,16 @@ NB_MODULE(_core, m) {
   m.def("pretty_file", &pretty_file, nb::arg("path"));
   m.def("pretty_bytes", &pretty_bytes, nb::arg("model"), nb::arg("source"));
   m.def("ir_version_for_opset", &pt2onnx::ir_version_for_opset);
+  m.def(
+      "check_torchscript_file",
+      [](const std::string& path) {
+        nb::gil_scoped_release release;
+        pt2onnx::check_torchscript_file(path);
+      },
+      nb::arg("path"),
+      "Raises ConversionError, one line, when the TorchScript file at `path` holds code that "
+      "is not tensor code (torch.jit.load would run it); read without running anything.");
+  m.def("torchscript_op_refusal", &pt2onnx::torchscript_op_refusal, nb::arg("kind"));
   m.attr("__version__") = PT2ONNX_VERSION;
   m.attr("MIN_OPSET") = pt2onnx::kMinOpset;
   m.attr("MAX_OPSET") = pt2onnx::kMaxOpset;

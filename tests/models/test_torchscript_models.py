@@ -11,6 +11,8 @@ import torch
 
 import pt2onnx
 import torchscript_models as tsm
+from pt2onnx import _core
+from pt2onnx._torchscript import check_loaded_graphs
 
 MODELS = tsm.models()
 
@@ -32,6 +34,12 @@ def test_torchscript_model(name, tmp_path):
         # exports them with all three dynamic.
         axes = {k: {a: n for a, n in v.items() if a == 0} for k, v in axes.items()}
         other = (torch.randn(2, *args[0].shape[1:]),)
+    # Saved, the model's file passes the checks that the command runs before and after
+    # torch.jit.load (no code but tensor code in it: issue 56).
+    saved = str(tmp_path / "m.pt")
+    ts.save(saved)
+    _core.check_torchscript_file(saved)
+    check_loaded_graphs(torch.jit.load(saved), saved)
     path = str(tmp_path / "m.onnx")
     pt2onnx.export(ts, args, path, dynamic_axes=axes)
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
