@@ -51,7 +51,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import _cli
+from . import _checkpoint_config, _cli
 from . import _verify as _verify_mod
 from ._export import ExportResult, export
 
@@ -258,8 +258,13 @@ def _load(path: str, name: str, spec: Any) -> torch.nn.Module:
     folder = os.path.join(path, name)
     if not os.path.isfile(os.path.join(folder, "config.json")):
         raise FileNotFoundError(f"{folder}: no config.json for the pipeline's {name}")
+    # Checked against the component's weights before anything is built from it
+    # (python/pt2onnx/_checkpoint_config.py).
+    config = _checkpoint_config.read_config(folder)
+    _checkpoint_config.check(folder, config)
     kw = {"dtype" if library == "transformers" else "torch_dtype": torch.float32}
-    return cls.from_pretrained(folder, local_files_only=True, **kw).eval()
+    with _checkpoint_config.allocation_errors(folder, config):
+        return cls.from_pretrained(folder, local_files_only=True, **kw).eval()
 
 
 def load_pipeline_models(path: str | os.PathLike) -> dict[str, torch.nn.Module]:

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from . import _cli
+from . import _checkpoint_config, _cli
 from . import _export as _export_mod
 from . import _pretrained_command, _program_cache
 from . import _verify as _verify_mod
@@ -460,14 +460,16 @@ def _config(path: str | os.PathLike, task: str):
     if task not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
     path = os.fspath(path)
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise FileNotFoundError(f"{path}: not a checkpoint directory (no config.json; "
-                                "save one with model.save_pretrained(path))")
+    # config.json read as a regular file of sane size, and checked against the weights before
+    # transformers builds anything from it (python/pt2onnx/_checkpoint_config.py).
+    raw = _checkpoint_config.read_config(path)
+    _checkpoint_config.check(path, raw)
     prepare()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    with _checkpoint_config.allocation_errors(path, raw):
+        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     if hasattr(config, "use_cache"):
         # Set before the model is built: encoder-decoders copy it into their stacks.
         config.use_cache = task in ("text-generation-with-past", "seq2seq-with-past")
@@ -492,13 +494,17 @@ def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
         torch.nn.Module: The model, in eval mode, in float32.
 
     Raises:
-        ValueError: An unknown task.
+        ValueError: An unknown task, or config.json does not fit the checkpoint's weights
+            (see `export_pretrained`).
         FileNotFoundError: `path` holds no config.json.
+        MemoryError: Building the model ran out of memory (the message names the sizes).
     """
     config = _config(path, task)
-    model = _model_class(task, config).from_pretrained(path, config=config, local_files_only=True,
-                                                       trust_remote_code=False,
-                                                       dtype=torch.float32)
+    with _checkpoint_config.allocation_errors(path, config):
+        model = _model_class(task, config).from_pretrained(path, config=config,
+                                                           local_files_only=True,
+                                                           trust_remote_code=False,
+                                                           dtype=torch.float32)
     return model.eval()
 
 
@@ -521,13 +527,15 @@ def empty_pretrained(path: str | os.PathLike, task: str):
             source (`checkpoint_weights(model, path)`) to pass as `export(weights=...)`.
 
     Raises:
-        ValueError: An unknown task.
+        ValueError: An unknown task, or config.json does not fit the checkpoint's weights
+            (see `export_pretrained`).
         FileNotFoundError: `path` holds no config.json or no safetensors file.
+        MemoryError: Building the model ran out of memory (the message names the sizes).
     """
     from ._export import init_empty_weights
 
     config = _config(path, task)
-    with init_empty_weights():
+    with init_empty_weights(), _checkpoint_config.allocation_errors(path, config):
         model = _model_class(task, config).from_config(config, dtype=torch.float32,
                                                        trust_remote_code=False)
     model.eval()
@@ -714,9 +722,14 @@ def export_pretrained(
 
     Raises:
         ValueError: An unknown task, `dtype` or `weights` value, or quantize with
-            verify=True without `atol` and `rtol`.
+            verify=True without `atol` and `rtol`; or config.json does not fit the
+            checkpoint's weights (a layer count, the hidden size or the vocabulary other than
+            the safetensors tensors' names and shapes imply: the field named, checked before
+            the model is built), or is not a regular file of at most 64 MiB.
         FileNotFoundError: `path` holds no config.json (or, with weights="empty", no
             safetensors files).
+        MemoryError: Building the model config.json describes ran out of memory (the
+            message names the largest sizes config.json states).
         pt2onnx.ConversionError: The export failed; when the checkpoint's tensors do not
             fit the model built from its config (transformers converts some while loading),
             the message suggests weights="memory".

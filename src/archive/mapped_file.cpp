@@ -13,13 +13,16 @@
 namespace pt2onnx {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (a hostile checkpoint's "model.safetensors") would otherwise wait
+  // for a writer forever; it is refused below, as is every file that is not a regular one.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd_ < 0) throw Error("cannot open '" + path + "': " + std::strerror(errno));
   struct stat st;
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
     throw Error("'" + path + "' is not a regular file");
   }
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);  // reads of a file then block
   size_ = static_cast<size_t>(st.st_size);
   if (size_ == 0) return;
   void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);

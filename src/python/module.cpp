@@ -11,6 +11,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "archive/safetensors.h"
 #include "core/pipeline.h"
 #include "pt2onnx/pretty.h"
 #include "pt2onnx/pt2onnx.h"
@@ -219,6 +220,19 @@ std::string pretty_bytes(nb::bytes model, const std::string& source) {
   return pt2onnx::pretty_model_bytes(b, source);
 }
 
+// name -> (dtype, shape) of every tensor of a checkpoint's safetensors files, from their headers
+// alone (no tensor data is read), each header checked as a conversion checks it (its length,
+// dtypes, shapes and byte ranges, names unique across the files): what hf.py compares a
+// checkpoint's config.json with before it builds the model.
+std::map<std::string, std::pair<std::string, std::vector<int64_t>>> safetensors_shapes(
+    const std::vector<std::string>& paths) {
+  nb::gil_scoped_release release;
+  pt2onnx::SafetensorsFiles files(paths);
+  std::map<std::string, std::pair<std::string, std::vector<int64_t>>> out;
+  for (auto& [name, w] : files.tensors()) out.emplace(name, std::pair(w.dtype, w.sizes));
+  return out;
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -259,6 +273,15 @@ NB_MODULE(_core, m) {
         "    opset: an opset from MIN_OPSET to MAX_OPSET.\n\n"
         "Returns:\n"
         "    list[str]: the targets, sorted.");
+  m.def("safetensors_shapes", &safetensors_shapes, nb::arg("paths"),
+        "The name, dtype and shape of every tensor of safetensors files, from their headers.\n\n"
+        "Args:\n"
+        "    paths: the files (the shards of one checkpoint).\n\n"
+        "Returns:\n"
+        "    dict[str, tuple[str, list[int]]]: name -> (torch dtype name, shape).\n\n"
+        "Raises:\n"
+        "    ConversionError: a file is not a regular file, or its header is malformed "
+        "(named).");
   m.def("pretty_file", &pretty_file, nb::arg("path"));
   m.def("pretty_bytes", &pretty_bytes, nb::arg("model"), nb::arg("source"));
   m.def("ir_version_for_opset", &pt2onnx::ir_version_for_opset);
