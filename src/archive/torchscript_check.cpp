@@ -122,7 +122,8 @@ struct Token {
   enum Kind { Word, String, Punct } kind;
   std::string_view text;  // a String's text includes its quotes
   int line;
-  bool line_start;  // the first token of its line, at column 0
+  bool first;  // the first token of its line
+  bool col0;   // and at column 0
 };
 
 struct Lexer {
@@ -176,7 +177,7 @@ struct Lexer {
     std::vector<Token> out;
     while (skip_space()) {
       size_t start = i;
-      Token t{Token::Punct, {}, line, at_line_start && at_col0};
+      Token t{Token::Punct, {}, line, at_line_start, at_line_start && at_col0};
       char c = src[i];
       if (c == '"' || c == '\'') {
         t.kind = Token::String;
@@ -239,13 +240,15 @@ class CodeCheck {
   void track_scope(size_t k) {
     const Token& t = t_[k];
     if (t.kind != Token::Word || k + 1 >= t_.size() || t_[k + 1].kind != Token::Word) return;
-    if (t.text == "class" && t.line_start) {
+    // A class starts at any `class` that begins a line (torch's parser wants it at column 0;
+    // this check does not rely on that), a function at a `def` at column 0.
+    if (t.text == "class" && t.first) {
       scope_ = {module_ + "." + std::string(t_[k + 1].text), ""};
     } else if (t.text == "def") {
-      if (t.line_start) scope_.cls.clear();
+      if (t.col0) scope_.cls.clear();
       scope_.method = std::string(t_[k + 1].text);
-      if (scope_.method == "__setstate__" && !scope_.cls.empty() &&
-          !scope_.cls.starts_with("__torch__.torch."))
+      // Outside any class it is not a method torch would call, but read as one all the same.
+      if (scope_.method == "__setstate__" && !scope_.cls.starts_with("__torch__.torch."))
         fail(t,
              "a __setstate__ not of torch's own modules, which torch.jit.load would run; "
              "pt2onnx loads no such file");

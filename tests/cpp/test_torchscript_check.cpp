@@ -151,6 +151,10 @@ TEST(TorchScriptCheck, SetstateOnlyInTorchsOwnClassesAndReadByTheSameRules) {
                      "    return None\n";
   EXPECT_NE(refusal(user).find("__torch__.M.__setstate__: a __setstate__ not of torch's own"),
             std::string::npos);
+  // torch's parser takes a class indented by a blank as well; so does the check.
+  std::string indented = user;
+  indented.replace(indented.find("class M"), 7, " class N");
+  EXPECT_NE(refusal(indented).find("__torch__.N.__setstate__"), std::string::npos);
   std::string own = user;
   own.replace(own.find("class M"), 7, "class LinearPackedParams");
   std::vector<Entry> more = {{"m/code/__torch__/torch/ao/quantized.py", own, true}};
