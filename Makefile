@@ -156,13 +156,17 @@ test-sanitize: sanitize-configure
 	done; exit $$rc
 
 # libFuzzer, seeded with the hostile corpus (valid.pt2 included, so inputs
-# reach conversion) and a TorchScript file (tests/data/torchscript/small.pt); bounded. The three targets run at once: fuzz_archive
+# reach conversion), the inputs fuzzing once failed on (tests/data/fuzz/) and
+# programs of the zoo's real models (tests/data/fuzz_seeds/, made by
+# tests/python/make_fuzz_seeds.py: symbolic sizes, about a hundred nodes each);
+# bounded. The three targets run at once: fuzz_archive
 # (archive + schema readers), fuzz_pipeline (read, convert, write a file) and
 # fuzz_model_reader (the ONNX reader, seeded with tests/data/onnx/*.onnx).
 # FUZZ_SECONDS is the CPU time they share, a third each: with JOBS cores each
 # runs FUZZ_SECONDS/JOBS of wall time (at least a third of FUZZ_SECONDS), the
 # same fuzzing as one after the other in less wall time. -max_len 256 KiB: the
-# deep-pickle reproducer (207 KB) fits whole.
+# deep-pickle reproducer (207 KB) and each zoo seed (at most 200 KB, which
+# make_fuzz_seeds.py checks) fit whole.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := fuzz_archive fuzz_pipeline fuzz_model_reader
 fuzz: sanitize-configure
@@ -171,7 +175,8 @@ fuzz: sanitize-configure
 	[ $$each -lt $$(( $(FUZZ_SECONDS) / n )) ] && each=$$(( $(FUZZ_SECONDS) / n )); \
 	[ $$each -gt 0 ] || each=1; pids=""; \
 	for t in $(FUZZ_TARGETS); do \
-	  seeds="tests/data/hostile/*.pt2 tests/data/fuzz/*.pt2 tests/data/torchscript/*.pt"; [ $$t = fuzz_model_reader ] && seeds=tests/data/onnx/*.onnx; \
+	  seeds="tests/data/hostile/*.pt2 tests/data/fuzz/*.pt2 tests/data/fuzz_seeds/*.pt2 tests/data/torchscript/*.pt"; \
+	  [ $$t = fuzz_model_reader ] && seeds=tests/data/onnx/*.onnx; \
 	  mkdir -p $(SAN_BUILD)/corpus_$$t && cp $$seeds $(SAN_BUILD)/corpus_$$t/; \
 	  echo "== $$t, $$each s (of wall time, $$n targets at once on $(JOBS) cores)"; \
 	  $(SAN_BUILD)/$$t $(SAN_BUILD)/corpus_$$t -max_total_time=$$each \

@@ -115,7 +115,7 @@ void selu(Ctx& c) {
 void glu(Ctx& c) {
   std::string x = input(c);
   int64_t dim = Ctx::norm_axis(c.i("dim", -1), c.rank(x));
-  const Dim& d = (*c.type(x).shape)[static_cast<size_t>(dim)];
+  const Dim& d = c.shape(x)[static_cast<size_t>(dim)];
   std::string a, b;
   if (d.is_static()) {
     int64_t h = d.value / 2;

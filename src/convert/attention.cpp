@@ -59,7 +59,7 @@ std::pair<std::string, std::string> emit_dropout(Ctx& c, const std::string& x, d
 // Repeats the head axis (-3) of k/v from kv heads to q heads (GQA):
 // [.., Hkv, S, D] -> [.., Hkv, 1, S, D] -> expand [.., Hkv, rep, S, D] -> [.., Hq, S, D].
 std::string repeat_heads(Ctx& c, const std::string& v, int64_t rep) {
-  const Shape& s = *c.type(v).shape;
+  const Shape& s = c.shape(v);
   size_t r = s.size();
   const Dim& d = s[r - 1];
   if (!d.is_static()) c.fail("GQA needs a static head size");
@@ -89,8 +89,8 @@ std::string repeat_heads(Ctx& c, const std::string& v, int64_t rep) {
 void sdpa_impl(Ctx& c, bool flash_cpu) {
   std::string q = c.tensor("query"), k = c.tensor("key"), v = c.tensor("value");
   DType t = c.dtype(q);
-  const Shape& qs = *c.type(q).shape;
-  const Shape& ks = *c.type(k).shape;
+  const Shape& qs = c.shape(q);
+  const Shape& ks = c.shape(k);
   size_t r = qs.size();
   const Dim& e = qs[r - 1];
   double scale;

@@ -23,7 +23,7 @@ void chunk_cat(Ctx& c) {
     int64_t dim = Ctx::norm_axis(dim0, c.rank(xs[0]));
     if (dim < 0 || dim >= static_cast<int64_t>(r)) c.fail("dim out of range");
     // Padding: (-size) mod n at the end of `dim`.
-    const Dim& d = (*c.type(x).shape)[static_cast<size_t>(dim)];
+    const Dim& d = c.shape(x)[static_cast<size_t>(dim)];
     std::string pad_amount;
     if (d.is_static()) {
       int64_t pad = (n - d.value % n) % n;

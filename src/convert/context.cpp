@@ -379,6 +379,9 @@ std::string Ctx::dim_value(const std::string& v, int64_t axis) {
   const ValueType& t = type(v);
   if (!t.shape) fail("internal: rank unknown for '" + v + "'");
   axis = norm_axis(axis, t.shape->size());
+  if (axis < 0 || axis >= static_cast<int64_t>(t.shape->size()))
+    fail("internal: dim " + std::to_string(axis) + " of '" + v + "', of rank " +
+         std::to_string(t.shape->size()));
   const Dim& d = (*t.shape)[static_cast<size_t>(axis)];
   if (d.is_static()) return b.const_i64({d.value});
   // One Shape read per symbolic size for the whole graph.

@@ -99,6 +99,8 @@ class Ctx {
   // ---- values
   const ValueType& type(const std::string& v) const { return b.type(v); }
   size_t rank(const std::string& v) const { return b.rank(v); }
+  // v's shape, an error when its rank is unknown (see GraphBuilder::shape).
+  const Shape& shape(const std::string& v) const { return b.shape(v); }
   DType dtype(const std::string& v) const { return b.type(v).dtype; }
   ValueType meta_type(const schema::TensorMeta& m) const;
   Dim meta_dim(const schema::SymSize& s) const;

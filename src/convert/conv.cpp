@@ -16,6 +16,15 @@ std::vector<int64_t> per_dim(std::vector<int64_t> v, size_t n, const char* what,
   return v;
 }
 
+// The spatial dims of a convolution weight (out, in / groups, k1, ...): a
+// crafted program's weight of rank < 3 fails here instead of underflowing the
+// count that indexes the kernel sizes.
+size_t spatial_rank(const Ctx& c, const std::string& w) {
+  size_t r = c.rank(w);
+  if (r < 3) c.fail("convolution weight of rank " + std::to_string(r) + " (3 or more expected)");
+  return r - 2;
+}
+
 void emit_conv(Ctx& c, std::string x, std::string w, std::optional<std::string> bias,
                std::vector<int64_t> stride, std::vector<int64_t> pads_begin,
                std::vector<int64_t> pads_end, std::vector<int64_t> dilation, int64_t groups,
@@ -27,7 +36,7 @@ void emit_conv(Ctx& c, std::string x, std::string w, std::optional<std::string> 
   const ValueType& wt = c.type(w);
   auto wdims = wt.static_dims();
   if (!wdims) c.fail("convolution weight needs a static shape");
-  size_t n = wdims->size() - 2;
+  size_t n = spatial_rank(c, w);
   std::vector<int64_t> kernel(wdims->begin() + 2, wdims->end());
   stride = per_dim(stride, n, "stride", c);
   dilation = per_dim(dilation, n, "dilation", c);
@@ -88,7 +97,7 @@ void emit_conv(Ctx& c, std::string x, std::string w, std::optional<std::string> 
 
 void convolution(Ctx& c) {
   std::string x = c.tensor("input"), w = c.tensor("weight");
-  size_t n = c.rank(w) - 2;
+  size_t n = spatial_rank(c, w);
   auto pad = c.ints("padding", {0});
   pad = per_dim(pad, n, "padding", c);
   emit_conv(c, x, w, c.opt_tensor("bias"), c.ints("stride", {1}), pad, pad, c.ints("dilation", {1}),
@@ -97,7 +106,7 @@ void convolution(Ctx& c) {
 
 void conv_nd(Ctx& c) {
   std::string x = c.tensor("input"), w = c.tensor("weight");
-  size_t n = c.rank(w) - 2;
+  size_t n = spatial_rank(c, w);
   auto dilation = per_dim(c.ints("dilation", {1}), n, "dilation", c);
   std::vector<int64_t> pb, pe;
   const schema::Argument* pad_arg = c.arg("padding");
@@ -105,7 +114,9 @@ void conv_nd(Ctx& c) {
     const std::string* mode = &pad_arg->s;
     // conv{1,2,3}d.padding: "valid" or "same" (stride 1); torch puts the odd
     // extra padding at the end.
-    auto kernel = *c.type(w).static_dims();
+    auto kernel_dims = c.type(w).static_dims();
+    if (!kernel_dims) c.fail("padding='" + *mode + "' needs the weight's size static");
+    const std::vector<int64_t>& kernel = *kernel_dims;
     for (size_t k = 0; k < n; ++k) {
       int64_t total = *mode == "same" ? dilation[k] * (kernel[k + 2] - 1) : 0;
       if (*mode != "same" && *mode != "valid") c.fail("unknown padding mode '" + *mode + "'");
@@ -121,7 +132,7 @@ void conv_nd(Ctx& c) {
 
 void conv_transpose_nd(Ctx& c) {
   std::string x = c.tensor("input"), w = c.tensor("weight");
-  size_t n = c.rank(w) - 2;
+  size_t n = spatial_rank(c, w);
   auto pad = per_dim(c.ints("padding", {0}), n, "padding", c);
   emit_conv(c, x, w, c.opt_tensor("bias"), c.ints("stride", {1}), pad, pad, c.ints("dilation", {1}),
             c.i("groups", 1), true, c.ints("output_padding", {0}));

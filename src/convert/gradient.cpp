@@ -99,7 +99,7 @@ void gradient(Ctx& c) {
   for (auto& d : dims) d = Ctx::norm_axis(d, r);
   if (dims.size() != c.n_outputs()) c.fail("one output per dim expected");
   for (auto d : dims) {
-    const Dim& s = (*c.type(x).shape)[static_cast<size_t>(d)];
+    const Dim& s = c.shape(x)[static_cast<size_t>(d)];
     if (s.is_static() && s.value < order + 1)
       c.fail("torch.gradient needs at least edge_order + 1 elements along each dim");
   }

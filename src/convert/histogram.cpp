@@ -63,7 +63,7 @@ void histogram_nd(Ctx& c, const std::string& x2, size_t D, std::vector<int64_t> 
     cols[k] = c.squeeze(slice(c, x2, 1, kk, kk + 1), {1});  // [N]
     if (!edge_tensors.empty()) {
       axes[k].edges = c.cast(edge_tensors[k], t);
-      const Shape& s = *c.type(axes[k].edges).shape;
+      const Shape& s = c.shape(axes[k].edges);
       if (s.size() != 1 || !s[0].is_static()) c.fail("bin edges need a static length");
       axes[k].nb = s[0].value - 1;
       continue;
@@ -153,7 +153,7 @@ void histogram(Ctx& c) {
 
 void histogramdd_outputs(Ctx& c, Outputs outs) {
   std::string x = c.cast(c.tensor("self"), c.out_dtype(0));
-  const Shape& s = *c.type(x).shape;
+  const Shape& s = c.shape(x);
   if (s.empty() || !s.back().is_static()) c.fail("histogramdd needs a static last dim");
   size_t D = static_cast<size_t>(s.back().value);
   std::string x2 = c.reshape(x, c.b.const_i64({-1, s.back().value}));

@@ -143,7 +143,7 @@ void emit_qr(Ctx& c, const std::string& a, const std::string& mode) {
   Householder h{c, c.dtype(a)};
   auto [m, n] = c.static_matrix_dims(a, "QR");
   int64_t kk = std::min(m, n);
-  auto [packed, tau] = h.geqrf(a, m, n, batch_with(*c.type(a).shape, kk));
+  auto [packed, tau] = h.geqrf(a, m, n, batch_with(c.shape(a), kk));
   std::string r = triu(h, packed, m, n);
   if (mode == "complete") {
     c.set_output(0, h.product(packed, tau, m, m, kk));
@@ -170,7 +170,7 @@ void householder_product(Ctx& c) {
   std::string tau = c.tensor(c.arg("tau") ? "tau" : "input2");
   Householder h{c, c.out_dtype()};
   auto [m, n] = c.static_matrix_dims(a, "householder_product");
-  const Shape& ts = *c.type(tau).shape;
+  const Shape& ts = c.shape(tau);
   if (ts.empty() || !ts.back().is_static()) c.fail("householder_product needs a static tau size");
   c.set_output(0, h.product(c.cast(a, h.t), c.cast(tau, h.t), m, n, ts.back().value));
 }
@@ -182,7 +182,7 @@ void ormqr(Ctx& c) {
   Householder h{c, c.out_dtype()};
   auto [m, n] = c.static_matrix_dims(a, "ormqr");
   (void)n;
-  const Shape& ts = *c.type(tau).shape;
+  const Shape& ts = c.shape(tau);
   if (ts.empty() || !ts.back().is_static()) c.fail("ormqr needs a static tau size");
   int64_t kk = ts.back().value;
   // Q = H_0 ... H_{k-1}: Q C applies H_{k-1} first; Q^T C, C Q apply H_0 first.

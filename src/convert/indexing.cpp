@@ -29,7 +29,7 @@ void slice(Ctx& c) {
                      : c.symint_const(c.symints("start")[0]);
   auto end_c = (!end || end->kind == schema::ArgKind::None) ? std::optional<int64_t>(INT64_MAX)
                                                             : c.symint_const(c.symints("end")[0]);
-  const Dim& d = (*c.type(x).shape)[static_cast<size_t>(axis)];
+  const Dim& d = c.shape(x)[static_cast<size_t>(axis)];
   // The whole axis: no Slice at all.
   if (step == 1 && start_c && *start_c == 0 && end_c &&
       (*end_c == INT64_MAX || (d.is_static() && *end_c >= d.value)))
@@ -46,7 +46,7 @@ void narrow(Ctx& c) {
   auto start = c.symints("start")[0];
   // torch wraps a negative start once (python's x[-2:-2+2] would be empty).
   if (auto k = c.symint_const(start); k && *k < 0) {
-    const Dim& d = (*c.type(x).shape)[static_cast<size_t>(axis)];
+    const Dim& d = c.shape(x)[static_cast<size_t>(axis)];
     if (d.is_static()) start = schema::SymIntArg{*k + d.value, {}};
   }
   std::string s = c.symint_value(start);
@@ -160,7 +160,7 @@ std::string gather_index(Ctx& c, const std::string& x, const AdvIndex& a) {
   std::string idx = stack_last(c, a.idx);
   const ValueType& bt = c.type(a.idx[0]);
   Shape gs = *bt.shape;
-  for (auto d : rest) gs.push_back((*c.type(x).shape)[static_cast<size_t>(d)]);
+  for (auto d : rest) gs.push_back(c.shape(x)[static_cast<size_t>(d)]);
   std::string g = c.b.op("GatherND", {xt, idx}, {}, ValueType{c.dtype(x), gs});
   int64_t first = a.dims[0];
   if (!a.adjacent || first == 0) return g;

@@ -12,8 +12,12 @@
 namespace pt2onnx::layout {
 
 IE dim(Ctx& c, const std::string& x, int64_t axis) {
-  const Shape& s = *c.type(x).shape;
-  const Dim& d = s[static_cast<size_t>(Ctx::norm_axis(axis, s.size()))];
+  const Shape& s = c.shape(x);
+  int64_t a = Ctx::norm_axis(axis, s.size());
+  if (a < 0 || a >= static_cast<int64_t>(s.size()))
+    c.fail("internal: dim " + std::to_string(axis) + " of a value of rank " +
+           std::to_string(s.size()));
+  const Dim& d = s[static_cast<size_t>(a)];
   if (d.is_static()) return IE::of(d.value);
   return {std::nullopt, c.dim_value(x, axis)};
 }
@@ -104,8 +108,12 @@ std::string pad(Ctx& c, const std::string& x, const std::vector<IE>& pads, const
                 std::optional<double> value) {
   DType t = c.dtype(x);
   std::string v = t == DType::BFloat16 ? c.cast(x, DType::Float) : x;
-  const Shape& s = *c.type(x).shape;
+  const Shape& s = c.shape(x);
   size_t r = s.size();
+  // Pad's `pads` input holds a begin and an end per axis of x.
+  if (pads.size() != 2 * r)
+    c.fail("internal: " + std::to_string(pads.size()) + " pads for a value of rank " +
+           std::to_string(r));
   ValueType vt{c.dtype(v), Shape{}};
   for (size_t k = 0; k < r; ++k) {
     const IE &a = pads[k], &b = pads[k + r];
@@ -690,7 +698,7 @@ std::string tile_to(Ctx& c, std::string x, const std::vector<schema::SymIntArg>&
     ones &= rs.back().is(1);
   }
   if (ones) return x;
-  const Shape& s = *c.type(x).shape;
+  const Shape& s = c.shape(x);
   return via_f32(c, x, [&](const std::string& v) {
     ValueType vt{c.dtype(v), Shape{}};
     for (size_t k = 0; k < s.size(); ++k)
@@ -734,8 +742,8 @@ void repeat_interleave_int(Ctx& c) {
 // Gather indices that repeat position k repeats[k] times.
 std::string repeat_index(Ctx& c, std::string reps, const IE& n, std::optional<int64_t> total) {
   reps = c.cast(reps, DType::Int64);
-  if (c.rank(reps) == 0 || (c.type(reps).shape && (*c.type(reps).shape)[0].is_static() &&
-                            (*c.type(reps).shape)[0].value == 1 && !n.is(1)))
+  if (c.rank(reps) == 0 || (c.type(reps).shape && c.shape(reps)[0].is_static() &&
+                            c.shape(reps)[0].value == 1 && !n.is(1)))
     reps = c.b.op("Expand", {c.b.op("Reshape", {reps, c.b.const_i64({-1})}), val(c, n)});
   std::string cs = c.b.op("CumSum", {reps, c.b.scalar_i64(0)}, {}, c.type(reps));
   std::string tot =

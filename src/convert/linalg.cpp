@@ -337,8 +337,8 @@ std::string solve_general(Ctx& c, std::string a, std::string bm, bool left, LU* 
   size_t ra = c.rank(a), rb = c.rank(bm);
   bool vec = rb == 1;
   if (!vec && rb + 1 == ra) {
-    const Shape& sa = *c.type(a).shape;
-    const Shape& sb = *c.type(bm).shape;
+    const Shape& sa = c.shape(a);
+    const Shape& sb = c.shape(bm);
     vec = true;
     for (size_t k = 0; k < rb; ++k) vec &= sa[k] == sb[k];
   }
@@ -765,7 +765,7 @@ void linalg_vander(Ctx& c) {
   std::string x = c.tensor("x");
   if (c.rank(x) == 0) x = c.unsqueeze(x, {0});  // a 0-d x is one element
   DType t = c.out_dtype();
-  const Dim& last = c.type(x).shape->back();
+  const Dim& last = c.shape(x).back();
   int64_t n = c.has("N") ? c.i("N") : (last.is_static() ? last.value : -1);
   if (n < 0) c.fail("linalg.vander of a symbolic-length input needs N");
   std::vector<int64_t> k(static_cast<size_t>(n));

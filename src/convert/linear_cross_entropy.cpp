@@ -28,7 +28,7 @@ Lce forward(Ctx& c, DType t) {
   r.t = t;
   r.x = c.cast(c.tensor("input"), t);
   std::string W = c.cast(c.tensor("linear_weight"), t);
-  const Shape& ws = *c.type(W).shape;
+  const Shape& ws = c.shape(W);
   if (ws.size() != 2 || !ws[0].is_static()) c.fail("linear_weight must be [C, in] with static C");
   r.classes = ws[0].value;
   std::string target = c.tensor("target");

@@ -52,7 +52,7 @@ std::string gather_elements(Ctx& c, const std::string& data, const std::string& 
 
 // 0 .. n-1 (int64) for dim `axis` of `v`.
 std::string arange_dim(Ctx& c, const std::string& v, int64_t axis) {
-  const Dim& d = (*c.type(v).shape)[static_cast<size_t>(Ctx::norm_axis(axis, c.rank(v)))];
+  const Dim& d = c.shape(v)[static_cast<size_t>(Ctx::norm_axis(axis, c.rank(v)))];
   if (d.is_static()) {
     std::vector<int64_t> r;
     for (int64_t i = 0; i < d.value; ++i) r.push_back(i);
@@ -73,7 +73,9 @@ std::string dim_as(E& e, const std::string& v, int64_t axis) {
 std::pair<std::string, std::string> expand_both(Ctx& c, const std::string& a,
                                                 const std::string& b) {
   std::optional<Shape> s = broadcast_shapes(c.type(a).shape, c.type(b).shape);
-  auto same = [&](const std::string& v) { return c.type(v).shape && s && *c.type(v).shape == *s; };
+  auto same = [&](const std::string& v) {
+    return c.type(v).shape && s && same_shape(c.shape(v), *s);
+  };
   if (same(a) && same(b)) return {a, b};
   bool fixed = s.has_value();
   std::vector<int64_t> dims;
@@ -330,7 +332,7 @@ void cross_entropy_loss(Ctx& c) {
         std::string numel;
         if (c.type(x).has_static_shape()) {
           int64_t m = 1;
-          for (auto& d : *c.type(x).shape) m *= d.value;
+          for (auto& d : c.shape(x)) m *= d.value;
           numel = e.k(static_cast<double>(m));
         } else {
           std::string sh = c.b.op("Shape", {x});
@@ -476,7 +478,7 @@ void cdist(Ctx& c) {
 void pdist(Ctx& c) {
   E e(c);
   std::string x = e.in("self");
-  const Dim& nd = (*c.type(x).shape)[0];
+  const Dim& nd = c.shape(x)[0];
   if (!nd.is_static()) c.fail("pdist: the number of rows must be static");
   int64_t n = nd.value;
   std::string full = cdist_of(e, x, x, c.f("p", 2.0));

@@ -56,7 +56,7 @@ bool gemm_ok(Ctx& c, DType t, const std::string& a) {
 // Dims `axes` of `v` as one 1-D int64 value (static parts constant).
 std::string dims_of(Ctx& c, const std::string& v, const std::vector<int64_t>& axes) {
   if (axes.empty()) return c.b.const_i64({});
-  const Shape& s = *c.type(v).shape;
+  const Shape& s = c.shape(v);
   std::vector<int64_t> stat;
   bool all_static = true;
   for (auto a : axes) {
@@ -72,7 +72,7 @@ std::string dims_of(Ctx& c, const std::string& v, const std::vector<int64_t>& ax
 
 // Product of dims `axes` of `v` as a 1-D int64 value of one element.
 std::string prod_of(Ctx& c, const std::string& v, const std::vector<int64_t>& axes) {
-  const Shape& s = *c.type(v).shape;
+  const Shape& s = c.shape(v);
   int64_t p = 1;
   bool all_static = true;
   for (auto a : axes) {

@@ -120,7 +120,7 @@ void grouped_mm(Ctx& c, const char* input_arg, const char* weight_arg) {
     c.fail("only the 2-D input x 3-D weight form (rows grouped by offs) is supported; got ranks " +
            std::to_string(c.rank(x)) + ", " + std::to_string(c.rank(w)) + ", offs " +
            std::to_string(c.rank(offs)));
-  const Shape& ws = *c.type(w).shape;
+  const Shape& ws = c.shape(w);
   if (!ws[0].is_static()) c.fail("the number of experts (the weight's first dim) must be static");
   const int64_t E = ws[0].value;
   if (E < 1) c.fail("the weight has no experts");
@@ -143,7 +143,7 @@ void grouped_mm(Ctx& c, const char* input_arg, const char* weight_arg) {
   for (int64_t e = 0; e < E; ++e) {
     auto k = static_cast<size_t>(e);
     std::string rows = c.b.op("Slice", {x, e ? ends[k - 1] : zero, ends[k], axis0}, {},
-                              ValueType{t, Shape{Dim::unknown(), c.type(x).shape->back()}});
+                              ValueType{t, Shape{Dim::unknown(), c.shape(x).back()}});
     blocks.push_back(c.b.op("MatMul", {rows, mats[k]}, {}, block));
   }
   std::string y = E == 1 ? blocks[0] : c.b.op("Concat", blocks, {Attr::Int("axis", 0)}, block);

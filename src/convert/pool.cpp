@@ -36,7 +36,7 @@ std::string pool(Ctx& c, const std::string& op, std::string x, size_t n, std::ve
 
 // Static spatial sizes (the last n dims) of x, or a failure naming `what`.
 std::vector<int64_t> spatial(Ctx& c, const std::string& x, size_t n, const char* what) {
-  const Shape& s = *c.type(x).shape;
+  const Shape& s = c.shape(x);
   std::vector<int64_t> r;
   for (size_t k = s.size() - n; k < s.size(); ++k) {
     if (!s[k].is_static()) c.fail(std::string(what) + " needs static spatial input sizes");
@@ -47,7 +47,7 @@ std::vector<int64_t> spatial(Ctx& c, const std::string& x, size_t n, const char*
 
 // Product of the last n dims of x as a 0-D int64 (constant when static).
 std::string plane_size(Ctx& c, const std::string& x, size_t n) {
-  const Shape& s = *c.type(x).shape;
+  const Shape& s = c.shape(x);
   int64_t p = 1;
   bool all_static = true;
   for (size_t k = s.size() - n; k < s.size(); ++k) {
@@ -227,7 +227,7 @@ void adaptive_avg_pool(Ctx& c) {
     c.set_output(0, pool(c, "GlobalAveragePool", x, n, {}));
     return;
   }
-  const Shape& xs = *c.type(x).shape;
+  const Shape& xs = c.shape(x);
   bool dynamic = false;
   for (size_t k = xs.size() - n; k < xs.size(); ++k) dynamic |= !xs[k].is_static();
   if (dynamic) return c.set_output(0, adaptive_avg_pool_dynamic(c, x, out));

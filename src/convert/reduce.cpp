@@ -86,7 +86,7 @@ std::string count(Ctx& c, const std::string& x, const std::vector<int64_t>& axes
 
 // 1-D int64 [0, n) for dim `axis` of x.
 std::string arange(Ctx& c, const std::string& x, int64_t axis) {
-  const Dim& d = (*c.type(x).shape)[static_cast<size_t>(axis)];
+  const Dim& d = c.shape(x)[static_cast<size_t>(axis)];
   if (d.is_static()) {
     std::vector<int64_t> v(static_cast<size_t>(d.value));
     for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<int64_t>(k);
@@ -116,7 +116,7 @@ std::string arg_extreme(Ctx& c, const std::string& op, std::string x, int64_t ax
   DType t = c.dtype(x);
   if (t == DType::Bool || t == DType::Int32) x = c.cast(x, DType::Int64);
   if (t == DType::Float16 || t == DType::BFloat16) x = c.cast(x, DType::Float);
-  Shape s = *c.type(x).shape;
+  Shape s = c.shape(x);
   if (keep)
     s[static_cast<size_t>(axis)] = Dim::of(1);
   else

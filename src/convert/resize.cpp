@@ -290,7 +290,7 @@ void runtime_taps(Ctx& c, Mode mode, const std::string& x0, int64_t axis, const 
 std::string exact_resample(Ctx& c, Mode mode, const std::string& x0, const std::vector<double>& sf,
                            bool align) {
   ValueType ot = c.out_type();
-  const Shape& in_shape = *c.type(x0).shape;
+  const Shape& in_shape = c.shape(x0);
   size_t n = in_shape.size() - 2;
   DType t = c.dtype(x0);
   bool interp = mode == Mode::Linear || mode == Mode::Cubic;
@@ -347,7 +347,7 @@ void emit_resize(Ctx& c, Mode mode, bool antialias) {
   if (exact_form) {
     bool matches = true;
     for (size_t k = 0; k < n; ++k)
-      matches &= resize_matches((*c.type(x).shape)[k + 2], (*ot.shape)[k + 2], sf, k, align);
+      matches &= resize_matches(c.shape(x)[k + 2], (*ot.shape)[k + 2], sf, k, align);
     if (!matches) {
       c.set_output(0, c.b.op("Identity", {exact_resample(c, mode, x, sf, align)}, {}, ot));
       return;
@@ -390,7 +390,7 @@ void emit_resize(Ctx& c, Mode mode, bool antialias) {
       // nearest float scale that gives torch's size both ways (the
       // coordinates move by an ulp of the scale).
       auto s = static_cast<float>(sf[k]);
-      const Dim& di = (*c.type(x).shape)[k + 2];
+      const Dim& di = c.shape(x)[k + 2];
       const Dim& dout = ot.shape ? (*ot.shape)[k + 2] : Dim::unknown();
       if (di.is_static() && dout.is_static() && di.value > 0) {
         const auto din = static_cast<double>(di.value), dou = static_cast<double>(dout.value);

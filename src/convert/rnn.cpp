@@ -98,7 +98,7 @@ Weight reorder_gates(Ctx& c, const Weight& w, const std::vector<int64_t>& order)
       if (block) std::memcpy(out.data() + k * block, d.bytes() + order[k] * block, block);
     return made(TensorData::from_bytes(d.dtype, d.dims, std::move(out)));
   }
-  const Shape& s = *c.type(w.value).shape;
+  const Shape& s = c.shape(w.value);
   if (!s[0].is_static()) c.fail("recurrent weight with a dynamic first dimension");
   int64_t h = s[0].value / g;
   std::vector<Attr> axis0 = {Attr::Int("axis", 0)};
@@ -352,8 +352,8 @@ void recurrent(Ctx& c, Kind kind) {
       bias = init("B", [](Ctx& cx, const std::vector<Weight>& p, const std::vector<int64_t>& o) {
         return cat0(cx, {reorder_gates(cx, p[2], o), reorder_gates(cx, p[3], o)}, false);
       });
-    const Shape& ws_shape = *c.type(w).shape;
-    const Shape& rs_shape = *c.type(r).shape;
+    const Shape& ws_shape = c.shape(w);
+    const Shape& rs_shape = c.shape(r);
     if (!ws_shape[1].is_static() || !rs_shape[2].is_static())
       c.fail("recurrent weights with dynamic sizes");
     const int64_t hidden = rs_shape[2].value;
@@ -387,7 +387,7 @@ void recurrent(Ctx& c, Kind kind) {
       attrs.push_back(strings("activations",
                               std::vector<std::string>(static_cast<size_t>(dirs),
                                                        kind == Kind::RnnTanh ? "Tanh" : "Relu")));
-    const Shape& xs = *c.type(seq).shape;
+    const Shape& xs = c.shape(seq);
     ValueType y{kt, Shape{xs[0], Dim::of(dirs), xs[1], Dim::of(hidden)}};
     ValueType yh{kt, Shape{Dim::of(dirs), xs[1], Dim::of(hidden)}};
     std::vector<ValueType> outs = {y, yh};
@@ -406,7 +406,7 @@ void recurrent(Ctx& c, Kind kind) {
     if (dirs == 1) {
       seq = c.squeeze(ys, {1});
     } else {
-      int64_t out = (*c.type(ys).shape)[3].value;
+      int64_t out = c.shape(ys)[3].value;
       seq = c.reshape(c.transpose(ys, {0, 2, 1, 3}), c.b.const_i64({0, 0, dirs * out}));
     }
     h_n.push_back(yhs);
@@ -442,7 +442,7 @@ std::string linear(Ctx& c, const std::string& x, const std::string& w,
 
 // Gates of x and h ([..., G*H] each, biases included), split in G.
 std::vector<std::string> split_gates(Ctx& c, const std::string& v, int64_t g) {
-  const Shape& s = *c.type(v).shape;
+  const Shape& s = c.shape(v);
   if (!s.back().is_static()) c.fail("cell weights with dynamic sizes");
   int64_t h = s.back().value / g;
   return c.b.add_node("Split", {v, c.b.const_i64(std::vector<int64_t>(static_cast<size_t>(g), h))},

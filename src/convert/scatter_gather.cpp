@@ -22,7 +22,7 @@ std::string shape_of(Ctx& c, const std::string& v) {
 }
 
 std::string dim_scalar(Ctx& c, const std::string& v, int64_t axis) {
-  const Shape& s = *c.type(v).shape;
+  const Shape& s = c.shape(v);
   const Dim& d = s[static_cast<size_t>(Ctx::norm_axis(axis, s.size()))];
   if (d.is_static()) return c.b.scalar_i64(d.value);
   if (c.opset() < 15)  // Shape's start/end came with opset 15
@@ -37,7 +37,7 @@ static std::string dim_1d(Ctx& c, const std::string& v, int64_t axis) {
 }
 
 std::string dims_of(Ctx& c, const std::string& v, const std::vector<int64_t>& axes) {
-  const Shape& s = *c.type(v).shape;
+  const Shape& s = c.shape(v);
   std::vector<int64_t> vals;
   bool all_static = true;
   for (auto a : axes) {
@@ -129,12 +129,12 @@ std::string scatter_elements_lowered(Ctx& c, const std::string& data, int64_t ax
 // ScatterElements along that dim.
 std::string scatter_nd_lowered(Ctx& c, const std::string& data, const std::string& idx,
                                const std::string& upd, const std::string& red) {
-  const Shape& is = *c.type(idx).shape;
+  const Shape& is = c.shape(idx);
   const Dim& kd = is.back();
   if (!kd.is_static()) c.fail("ScatterND reduction lowering: index depth unknown");
   int64_t k = kd.value;
   size_t r = c.rank(data);
-  const Shape& ds = *c.type(data).shape;
+  const Shape& ds = c.shape(data);
   std::string lin;
   int64_t stride = 1;
   for (int64_t j = k - 1; j >= 0; --j) {
@@ -352,7 +352,7 @@ std::string scatter_reduce_core(Ctx& c, const std::string& self, int64_t axis,
 std::string fit_src(Ctx& c, const std::string& src, const std::string& idx) {
   const ValueType& ts = c.type(src);
   const ValueType& ti = c.type(idx);
-  if (ts.shape && ti.shape && *ts.shape == *ti.shape) return src;
+  if (ts.shape && ti.shape && same_shape(*ts.shape, *ti.shape)) return src;
   size_t r = c.rank(idx);
   return c.b.op(
       "Slice",
@@ -539,8 +539,8 @@ void take_along_dim(Ctx& c) {
   // Broadcast all dims but `axis`.
   std::string xe = x, ie = idx;
   auto differs = [&](const std::string& a, const std::string& b) {
-    const Shape& sa = *c.type(a).shape;
-    const Shape& sb = *c.type(b).shape;
+    const Shape& sa = c.shape(a);
+    const Shape& sb = c.shape(b);
     for (size_t k = 0; k < r; ++k)
       if (static_cast<int64_t>(k) != axis && !(sa[k] == sb[k])) return true;
     return false;
@@ -587,7 +587,7 @@ void select_scatter(Ctx& c) {
   int64_t axis = Ctx::norm_axis(c.i("dim"), r);
   SliceBound idx = bound_arg(c, "index");
   std::string src = c.unsqueeze(c.tensor("src"), {axis});
-  const Dim& d = (*c.type(self).shape)[static_cast<size_t>(axis)];
+  const Dim& d = c.shape(self)[static_cast<size_t>(axis)];
   SliceBound start, end;
   if (idx.c && (*idx.c >= 0 || d.is_static())) {
     int64_t i = *idx.c < 0 ? *idx.c + d.value : *idx.c;
@@ -651,7 +651,7 @@ std::string slice_scatter_value(Ctx& c, const std::string& self, const std::stri
                                 int64_t axis, SliceBound start, SliceBound end, int64_t step) {
   std::string src = c.cast(src_in, c.dtype(self));
   size_t r = c.rank(self);
-  const Dim& d = (*c.type(self).shape)[static_cast<size_t>(axis)];
+  const Dim& d = c.shape(self)[static_cast<size_t>(axis)];
   auto norm_c = [&](int64_t v) {
     if (v < 0) v += d.value;
     return std::clamp<int64_t>(v, 0, d.value);

@@ -71,7 +71,7 @@ Target reshape_target(Ctx& c, const std::string& x, const ValueType& out,
 void emit_reshape(Ctx& c, const std::string& x, const std::vector<schema::SymIntArg>* sizes) {
   ValueType out = c.out_type();
   const ValueType& in = c.type(x);
-  if (in.shape && *in.shape == *out.shape) return c.set_output(0, x);
+  if (in.shape && out.shape && same_shape(*in.shape, *out.shape)) return c.set_output(0, x);
   Target t = reshape_target(c, x, out, sizes);
   std::vector<Attr> attrs;
   if (t.allowzero) attrs.push_back(Attr::Int("allowzero", 1));
@@ -121,7 +121,7 @@ void unsqueeze(Ctx& c) {
 
 void squeeze(Ctx& c) {
   std::string x = c.tensor("self");
-  const Shape& s = *c.type(x).shape;
+  const Shape& s = c.shape(x);
   std::vector<int64_t> dims;
   const schema::Argument* da = c.arg("dim");
   if (da && (da->kind == schema::ArgKind::Ints || da->kind == schema::ArgKind::SymInts))
@@ -332,7 +332,7 @@ void dir_split_array(Ctx& c) {
 void unbind(Ctx& c) {
   std::string x = c.tensor("self");
   int64_t axis = Ctx::norm_axis(c.i("dim", 0), c.rank(x));
-  const Dim& d = (*c.type(x).shape)[static_cast<size_t>(axis)];
+  const Dim& d = c.shape(x)[static_cast<size_t>(axis)];
   size_t n = c.n_outputs();
   if (d.is_static() && static_cast<size_t>(d.value) == n && n > 1) {
     auto parts = c.b.add_node("Split", {x, c.b.const_i64(std::vector<int64_t>(n, 1))}, n,
@@ -350,7 +350,7 @@ void expand(Ctx& c) {
   std::string x = c.tensor("self");
   auto sizes = c.symints("size");
   ValueType out = c.out_type();
-  const Shape& in = *c.type(x).shape;
+  const Shape& in = c.shape(x);
   const Shape& od = *out.shape;
   // Expand broadcasts: a 1 keeps the input's dim, so dims torch keeps (-1 or
   // equal to the input's) need no runtime size.
@@ -504,7 +504,7 @@ void reshape_as(Ctx& c) {
 // the input already has as 1, others read from an input that has them.
 std::vector<IE> broadcast_dims(Ctx& c, const std::string& x, const Shape& od,
                                const std::vector<std::string>& all) {
-  const Shape& in = *c.type(x).shape;
+  const Shape& in = c.shape(x);
   size_t lead = od.size() - in.size();
   std::vector<IE> r;
   for (size_t k = 0; k < od.size(); ++k) {
@@ -518,7 +518,7 @@ std::vector<IE> broadcast_dims(Ctx& c, const std::string& x, const Shape& od,
     }
     bool found = false;
     for (auto& v : all) {
-      const Shape& s = *c.type(v).shape;
+      const Shape& s = c.shape(v);
       size_t l = od.size() - s.size();
       if (k >= l && s[k - l].same_as(od[k])) {
         r.push_back(layout::dim(c, v, static_cast<int64_t>(k - l)));
@@ -541,7 +541,7 @@ void broadcast_tensors(Ctx& c) {
   auto ts = c.tensors("tensors");
   for (size_t k = 0; k < ts.size(); ++k) {
     ValueType ot = c.out_type(k);
-    if (c.type(ts[k]).shape && *c.type(ts[k]).shape == *ot.shape) {
+    if (c.type(ts[k]).shape && same_shape(c.shape(ts[k]), *ot.shape)) {
       c.set_output(k, ts[k]);
       continue;
     }
@@ -552,7 +552,7 @@ void broadcast_tensors(Ctx& c) {
 void sum_to_size(Ctx& c) {
   std::string x = c.tensor("self");
   auto size = c.symints("size");
-  const Shape& in = *c.type(x).shape;
+  const Shape& in = c.shape(x);
   size_t lead = in.size() - size.size();
   std::vector<int64_t> axes;
   for (size_t k = 0; k < in.size(); ++k) {

@@ -13,7 +13,7 @@ namespace pt2onnx {
 namespace {
 
 int64_t static_dim(Ctx& c, const std::string& v, int64_t axis) {
-  const Dim& d = (*c.type(v).shape)[static_cast<size_t>(axis)];
+  const Dim& d = c.shape(v)[static_cast<size_t>(axis)];
   if (!d.is_static()) c.fail("FFT needs static sizes along the transformed dims");
   return d.value;
 }
@@ -26,7 +26,7 @@ std::string fit(Ctx& c, const std::string& v, int64_t axis, int64_t len) {
     return c.b.op("Slice", {v, c.b.const_i64({0}), c.b.const_i64({len}), c.b.const_i64({axis})});
   std::vector<int64_t> pads(2 * c.rank(v), 0);
   pads[c.rank(v) + static_cast<size_t>(axis)] = len - cur;
-  Shape s = *c.type(v).shape;
+  Shape s = c.shape(v);
   s[static_cast<size_t>(axis)] = Dim::of(len);
   return c.b.op("Pad", {v, c.b.const_i64(pads)}, {}, ValueType{c.dtype(v), s});
 }
@@ -87,7 +87,7 @@ std::string dft_matmul(Ctx& c, const std::string& v, int64_t axis, bool inverse,
 std::string dft(Ctx& c, const std::string& v, int64_t axis, bool inverse, bool onesided) {
   if (c.opset() < 17) return dft_matmul(c, v, axis, inverse, onesided);
   int64_t n = static_dim(c, v, axis);
-  Shape s = *c.type(v).shape;
+  Shape s = c.shape(v);
   s[static_cast<size_t>(axis)] = Dim::of(onesided ? n / 2 + 1 : n);
   s.back() = Dim::of(2);
   ValueType t{c.dtype(v), s};
@@ -370,7 +370,7 @@ void shift(Ctx& c, bool inverse) {
   std::string v = x;
   for (int64_t d : dims) {
     int64_t a = Ctx::norm_axis(d, r);
-    const Dim& dd = (*c.type(v).shape)[static_cast<size_t>(a)];
+    const Dim& dd = c.shape(v)[static_cast<size_t>(a)];
     if (!dd.is_static()) c.fail("fftshift needs static sizes");
     int64_t n = dd.value;
     if (n <= 1) continue;

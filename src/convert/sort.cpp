@@ -61,7 +61,7 @@ struct Sorted {
 // TopK of `key` along `axis` with k (1-D int64) and the known output dim.
 Sorted topk(Ctx& c, const std::string& key, const std::string& k, Dim kdim, int64_t axis,
             bool largest, bool sorted = true) {
-  Shape s = *c.type(key).shape;
+  Shape s = c.shape(key);
   s[static_cast<size_t>(axis)] = kdim;
   auto outs = c.b.add_node("TopK", {key, k}, 2,
                            {Attr::Int("axis", axis), Attr::Int("largest", largest ? 1 : 0),
@@ -77,7 +77,7 @@ std::string gather_el(Ctx& c, const std::string& data, const std::string& idx, i
 
 // Full sort of x along axis: indices, and the values in x's type (NaN kept).
 Sorted full_sort(Ctx& c, const std::string& x, int64_t axis, bool descending) {
-  const Dim& d = (*c.type(x).shape)[static_cast<size_t>(axis)];
+  const Dim& d = c.shape(x)[static_cast<size_t>(axis)];
   std::string key = sort_key(c, x);
   Sorted s = topk(c, key, c.dim_value(x, axis), d, axis, descending);
   if (is_floating(c.dtype(x)) || c.dtype(key) != c.dtype(x))
@@ -154,7 +154,7 @@ std::string keep_shaped(Ctx& c, const std::string& x, int64_t a, const std::stri
     dims.push_back(static_cast<int64_t>(k) == a ? c.b.const_i64({1})
                                                 : c.dim_value(x, static_cast<int64_t>(k)));
   std::string shape = r == 1 ? dims[0] : c.b.op("Concat", dims, {Attr::Int("axis", 0)});
-  Shape s = *c.type(x).shape;
+  Shape s = c.shape(x);
   s[static_cast<size_t>(a)] = Dim::of(1);
   return typed(c, "Expand", {v, shape}, ValueType{DType::Int64, s});
 }
@@ -249,7 +249,7 @@ void mode(Ctx& c) {
                                        : c.b.scalar(kt, 2147483647.0);
   std::string val = c.reduce("ReduceMin", c.b.op("Where", {cand, k, big}), {a}, true);
   std::string at = c.b.op("Equal", {k, val});
-  const Dim& d = (*c.type(x).shape)[static_cast<size_t>(a)];
+  const Dim& d = c.shape(x)[static_cast<size_t>(a)];
   std::string idx;
   {
     std::string n = c.squeeze(c.dim_value(x, a), {0});
@@ -305,8 +305,7 @@ void emit_quantile(Ctx& c, bool nan_skip) {
   x = c.transpose(c.cast(x, t), perm);
   int64_t last = static_cast<int64_t>(r) - 1;
   std::string key = sort_key(c, x);
-  Sorted s = topk(c, key, c.dim_value(x, last), (*c.type(x).shape)[static_cast<size_t>(last)], last,
-                  false);
+  Sorted s = topk(c, key, c.dim_value(x, last), c.shape(x)[static_cast<size_t>(last)], last, false);
   std::string nan = is_nan(c, x);
   std::string cnt;
   if (nan_skip)
@@ -321,8 +320,8 @@ void emit_quantile(Ctx& c, bool nan_skip) {
   for (int64_t k = 0; k < last; ++k) dims.push_back(c.dim_value(x, k));
   dims.push_back(c.dim_value(q, 0));
   std::string shape = dims.size() == 1 ? dims[0] : c.b.op("Concat", dims, {Attr::Int("axis", 0)});
-  Shape rs(c.type(x).shape->begin(), c.type(x).shape->end() - 1);
-  rs.push_back((*c.type(q).shape)[0]);
+  Shape rs(c.shape(x).begin(), c.shape(x).end() - 1);
+  rs.push_back(c.shape(q)[0]);
   rank = typed(c, "Expand", {rank, shape}, ValueType{t, rs});
   std::string lo = c.b.op("Floor", {rank}), hi = c.b.op("Ceil", {rank});
   auto at = [&](const std::string& p) {
@@ -409,10 +408,10 @@ void unique_dim(Ctx& c) {
   DType t = c.dtype(x);
   DType ut = unique_type(t);
   int64_t a = Ctx::norm_axis(c.i("dim"), c.rank(x));
-  Shape s = *c.type(x).shape;
+  Shape s = c.shape(x);
   s[static_cast<size_t>(a)] = Dim::unknown();
   Shape u{Dim::unknown()};
-  Shape inv_s{(*c.type(x).shape)[static_cast<size_t>(a)]};
+  Shape inv_s{c.shape(x)[static_cast<size_t>(a)]};
   auto outs =
       c.b.add_node("Unique", {c.cast(x, ut)}, 4, {Attr::Int("sorted", 1), Attr::Int("axis", a)},
                    {ValueType{ut, s}, ValueType{DType::Int64, u}, ValueType{DType::Int64, inv_s},
@@ -449,11 +448,11 @@ void unique_consecutive(Ctx& c) {
   // start[0] = true (also for an empty input: Slice clips).
   std::string first = c.b.op("Equal", {c.b.const_i64({0}), c.b.const_i64({0})});
   std::string start = c.b.op("Concat", {first, ne}, {Attr::Int("axis", 0)});
-  const Dim& n = (*c.type(v).shape)[static_cast<size_t>(a)];
+  const Dim& n = c.shape(v)[static_cast<size_t>(a)];
   start = slice(c, start, 0, 0, n.is_static() ? n.value : INT64_MAX);
   if (!n.is_static())
     start = c.b.op("Slice", {start, c.b.const_i64({0}), c.dim_value(v, a), c.b.const_i64({0})});
-  Shape vs = *c.type(v).shape;
+  Shape vs = c.shape(v);
   vs[static_cast<size_t>(a)] = Dim::unknown();
   DType kt = c.kernel_type("Compress", c.dtype(v));
   c.set_output(0, c.cast(typed(c, "Compress", {c.cast(v, kt), start}, ValueType{kt, vs},
@@ -523,7 +522,7 @@ void histc(Ctx& c) {
 // Number of sorted entries below (or not above, right=) each value.
 std::string count_below(Ctx& c, const std::string& seq, const std::string& v, bool right,
                         bool seq_1d) {
-  const Dim& m = c.type(seq).shape->back();
+  const Dim& m = c.shape(seq).back();
   if (m.is_static() && m.value == 0)  // (ORT keeps the reduced empty axis)
     return c.b.op("Expand", {c.b.scalar_i64(0), c.b.op("Shape", {v})});
   std::string vu = c.unsqueeze(v, {-1});

@@ -86,7 +86,7 @@ std::pair<std::string, std::string> split_rois(Ctx& c, const std::string& rois, 
   std::string boxes =
       c.b.op("Slice", {r, c.b.const_i64({1}), c.b.const_i64({5}), c.b.const_i64({1})}, {}, bt);
   ValueType it{DType::Int64, std::nullopt};
-  if (c.type(rois).shape) it.shape = Shape{(*c.type(rois).shape)[0]};
+  if (c.type(rois).shape) it.shape = Shape{c.shape(rois)[0]};
   std::string first = c.b.op("Gather", {rois, c.b.scalar_i64(0)}, {Attr::Int("axis", 1)});
   std::string idx =
       c.b.op("Cast", {first}, {Attr::Int("to", static_cast<int64_t>(DType::Int64))}, it);

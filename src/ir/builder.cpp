@@ -181,10 +181,12 @@ Graph GraphBuilder::end_subgraph() {
   return sub;
 }
 
-size_t GraphBuilder::rank(const std::string& v) const {
+size_t GraphBuilder::rank(const std::string& v) const { return shape(v).size(); }
+
+const Shape& GraphBuilder::shape(const std::string& v) const {
   const ValueType& t = type(v);
   if (!t.shape) throw Error("internal: rank of value '" + v + "' is unknown");
-  return t.shape->size();
+  return *t.shape;
 }
 
 void GraphBuilder::rename_everywhere(const std::string& from, const std::string& to) {

@@ -73,6 +73,9 @@ class GraphBuilder {
   bool has_type(const std::string& v) const { return find_type(v) != nullptr; }
   void set_type(const std::string& v, ValueType t) { graph_.types[v] = std::move(t); }
   size_t rank(const std::string& v) const;
+  // The shape of `v`; an Error when its rank is unknown (an op inference
+  // could not type), never a read of an empty optional.
+  const Shape& shape(const std::string& v) const;
 
   // Renames value `from` to `to` in every node of the current scope and the
   // graphs nested in them (not for inputs / initializers).

@@ -31,6 +31,15 @@ struct Dim {
   bool operator==(const Dim& o) const { return value == o.value && sym == o.sym; }
 };
 using Shape = std::vector<Dim>;
+// Whether two shapes are known to be equal: of one rank, each dim the same static value or
+// symbol. Unknown dims are never the same (== on Shape takes two of them as equal, which would
+// let a converter skip a Reshape or a broadcast that a value of unknown dims needs).
+inline bool same_shape(const Shape& a, const Shape& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!a[i].same_as(b[i])) return false;
+  return true;
+}
 
 struct ValueType {
   DType dtype = DType::Undefined;

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "ir/builder.h"
+#include "pt2onnx/error.h"
 
 namespace pt2onnx {
 
@@ -20,6 +21,29 @@ const ValueType& in_type(const GraphBuilder& b, const Node& n, size_t i) {
 }
 
 int64_t norm_axis(int64_t a, size_t rank) { return a < 0 ? a + static_cast<int64_t>(rank) : a; }
+
+// Axis `a` of node n's rank-`rank` operand, as an index into its shape. An axis
+// outside [-rank, rank) makes the node invalid (a converter's bug, or a crafted
+// program's sizes): an error naming the op, not an index past the shape.
+size_t checked_axis(const Node& n, int64_t a, size_t rank) {
+  int64_t k = norm_axis(a, rank);
+  if (k < 0 || k >= static_cast<int64_t>(rank))
+    throw Error("internal: " + n.op_type + " axis " + std::to_string(a) +
+                " is out of range for rank " + std::to_string(rank));
+  return static_cast<size_t>(k);
+}
+
+// The length of the 1-D int64 shape input i when its type has it static:
+// the rank a Reshape, Expand or ConstantOfShape to a computed shape gives, its
+// dims unknown. A length no real rank has (a crafted program's sizes) stays
+// unknown rather than becoming a Shape of that many dims.
+std::optional<size_t> shape_input_length(const GraphBuilder& b, const Node& n, size_t i) {
+  constexpr int64_t kMaxRank = 1024;
+  const ValueType& t = in_type(b, n, i);
+  if (!t.shape || t.shape->size() != 1 || !(*t.shape)[0].is_static()) return std::nullopt;
+  if ((*t.shape)[0].value > kMaxRank) return std::nullopt;
+  return static_cast<size_t>((*t.shape)[0].value);
+}
 
 std::vector<ValueType> same_as_input(const GraphBuilder& b, const Node& n) {
   return {in_type(b, n, 0)};
@@ -46,7 +70,13 @@ std::optional<std::vector<int64_t>> shape_input(const GraphBuilder& b, const Nod
 std::vector<ValueType> infer_reshape(const GraphBuilder& b, const Node& n) {
   const ValueType& x = in_type(b, n, 0);
   auto target = shape_input(b, n, 1);
-  if (!target) return {ValueType{x.dtype, std::nullopt}};
+  if (!target) {
+    // A computed shape (a symbolic batch among constants): its length is still
+    // the rank, which converters that go on with the value need.
+    auto len = shape_input_length(b, n, 1);
+    if (!len) return {ValueType{x.dtype, std::nullopt}};
+    return {ValueType{x.dtype, Shape(*len, Dim::unknown())}};
+  }
   Shape out;
   int minus_one = -1;
   const Attr* az = n.attr("allowzero");
@@ -84,7 +114,7 @@ std::vector<ValueType> infer_unsqueeze(const GraphBuilder& b, const Node& n) {
   if (!axes || !x.shape) return {ValueType{x.dtype, std::nullopt}};
   size_t r = x.shape->size() + axes->size();
   std::vector<bool> is_new(r, false);
-  for (auto a : *axes) is_new[static_cast<size_t>(norm_axis(a, r))] = true;
+  for (auto a : *axes) is_new[checked_axis(n, a, r)] = true;
   Shape out;
   size_t k = 0;
   for (size_t i = 0; i < r; ++i) out.push_back(is_new[i] ? Dim::of(1) : (*x.shape)[k++]);
@@ -115,7 +145,10 @@ std::vector<ValueType> infer_transpose(const GraphBuilder& b, const Node& n) {
   const Attr* perm = n.attr("perm");
   Shape out;
   if (perm) {
-    for (auto p : perm->ints) out.push_back((*x.shape)[static_cast<size_t>(p)]);
+    if (perm->ints.size() != x.shape->size())
+      throw Error("internal: Transpose perm of " + std::to_string(perm->ints.size()) +
+                  " axes for rank " + std::to_string(x.shape->size()));
+    for (auto p : perm->ints) out.push_back((*x.shape)[checked_axis(n, p, x.shape->size())]);
   } else {
     out.assign(x.shape->rbegin(), x.shape->rend());
   }
@@ -144,6 +177,9 @@ std::vector<ValueType> infer_gemm(const GraphBuilder& b, const Node& n) {
   const ValueType& a = in_type(b, n, 0);
   const ValueType& c = in_type(b, n, 1);
   if (!a.shape || !c.shape) return {ValueType{a.dtype, std::nullopt}};
+  if (a.shape->size() != 2 || c.shape->size() != 2)
+    throw Error("internal: Gemm of operands of rank " + std::to_string(a.shape->size()) + " and " +
+                std::to_string(c.shape->size()) + " (2 expected)");
   const Attr* ta = n.attr("transA");
   const Attr* tb = n.attr("transB");
   Dim m = (*a.shape)[ta && ta->i ? 1 : 0];
@@ -154,13 +190,16 @@ std::vector<ValueType> infer_gemm(const GraphBuilder& b, const Node& n) {
 std::vector<ValueType> infer_concat(const GraphBuilder& b, const Node& n) {
   const ValueType& x = in_type(b, n, 0);
   if (!x.shape) return {ValueType{x.dtype, std::nullopt}};
-  size_t axis = static_cast<size_t>(norm_axis(n.attr("axis")->i, x.shape->size()));
+  const Attr* ax = n.attr("axis");
+  if (!ax) throw Error("internal: Concat without its axis");
+  size_t axis = checked_axis(n, ax->i, x.shape->size());
   Shape out = *x.shape;
   int64_t total = 0;
   bool known = true;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     const ValueType& t = in_type(b, n, i);
-    if (!t.shape || !(*t.shape)[axis].is_static()) {
+    // An operand of another rank (invalid, left to the checker) has no dim to add.
+    if (!t.shape || t.shape->size() != out.size() || !(*t.shape)[axis].is_static()) {
       known = false;
       break;
     }
@@ -175,7 +214,7 @@ std::vector<ValueType> infer_gather(const GraphBuilder& b, const Node& n) {
   const ValueType& idx = in_type(b, n, 1);
   if (!x.shape || !idx.shape) return {ValueType{x.dtype, std::nullopt}};
   const Attr* ax = n.attr("axis");
-  size_t axis = static_cast<size_t>(norm_axis(ax ? ax->i : 0, x.shape->size()));
+  size_t axis = checked_axis(n, ax ? ax->i : 0, x.shape->size());
   Shape out(x.shape->begin(), x.shape->begin() + static_cast<long>(axis));
   out.insert(out.end(), idx.shape->begin(), idx.shape->end());
   out.insert(out.end(), x.shape->begin() + static_cast<long>(axis) + 1, x.shape->end());
@@ -221,8 +260,12 @@ std::vector<ValueType> infer_reduce(const GraphBuilder& b, const Node& n) {
 std::vector<ValueType> infer_expand(const GraphBuilder& b, const Node& n) {
   const ValueType& x = in_type(b, n, 0);
   auto target = shape_input(b, n, 1);
-  if (!target) return {ValueType{x.dtype, std::nullopt}};
-  return {ValueType{x.dtype, broadcast_shapes(x.shape, dims_of(*target))}};
+  if (target) return {ValueType{x.dtype, broadcast_shapes(x.shape, dims_of(*target))}};
+  // A computed shape of known length: the rank is known, and a static dim of
+  // x above 1 stays (the target's must be 1 or equal there).
+  auto len = shape_input_length(b, n, 1);
+  if (!len) return {ValueType{x.dtype, std::nullopt}};
+  return {ValueType{x.dtype, broadcast_shapes(x.shape, Shape(*len, Dim::unknown()))}};
 }
 
 std::vector<ValueType> infer_slice(const GraphBuilder& b, const Node& n) {
@@ -234,11 +277,17 @@ std::vector<ValueType> infer_slice(const GraphBuilder& b, const Node& n) {
   Shape out = *x.shape;
   if (!starts || !ends || (n.inputs.size() > 3 && !axes) || (n.inputs.size() > 4 && !steps)) {
     if (!axes) return {ValueType{x.dtype, std::nullopt}};
-    for (auto a : *axes) out[static_cast<size_t>(norm_axis(a, out.size()))] = Dim::unknown();
+    for (auto a : *axes) out[checked_axis(n, a, out.size())] = Dim::unknown();
     return {ValueType{x.dtype, out}};
   }
-  for (size_t i = 0; i < starts->size(); ++i) {
-    size_t a = axes ? static_cast<size_t>(norm_axis((*axes)[i], out.size())) : i;
+  size_t m = starts->size();
+  if (ends->size() != m || (axes && axes->size() != m) || (steps && steps->size() != m))
+    throw Error("internal: Slice with starts, ends, axes and steps of different lengths");
+  if (!axes && m > out.size())
+    throw Error("internal: Slice of " + std::to_string(m) + " axes of a value of rank " +
+                std::to_string(out.size()));
+  for (size_t i = 0; i < m; ++i) {
+    size_t a = axes ? checked_axis(n, (*axes)[i], out.size()) : i;
     int64_t step = steps ? (*steps)[i] : 1;
     Dim& d = out[a];
     if (!d.is_static() || step <= 0) {
@@ -264,10 +313,9 @@ std::vector<ValueType> infer_constant_of_shape(const GraphBuilder& b, const Node
   DType t = v ? v->t->dtype : DType::Float;
   auto target = shape_input(b, n, 0);
   if (!target) {
-    const ValueType& s = in_type(b, n, 0);
-    if (s.shape && s.shape->size() == 1 && (*s.shape)[0].is_static())
-      return {ValueType{t, Shape(static_cast<size_t>((*s.shape)[0].value), Dim::unknown())}};
-    return {ValueType{t, std::nullopt}};
+    auto len = shape_input_length(b, n, 0);
+    if (!len) return {ValueType{t, std::nullopt}};
+    return {ValueType{t, Shape(*len, Dim::unknown())}};
   }
   return {ValueType{t, dims_of(*target)}};
 }
@@ -278,7 +326,7 @@ std::vector<ValueType> infer_split(const GraphBuilder& b, const Node& n) {
   std::vector<ValueType> out(n.outputs.size(), ValueType{x.dtype, std::nullopt});
   if (!x.shape || !sizes || sizes->size() != n.outputs.size()) return out;
   const Attr* ax = n.attr("axis");
-  size_t axis = static_cast<size_t>(norm_axis(ax ? ax->i : 0, x.shape->size()));
+  size_t axis = checked_axis(n, ax ? ax->i : 0, x.shape->size());
   for (size_t k = 0; k < out.size(); ++k) {
     Shape s = *x.shape;
     s[axis] = Dim::of((*sizes)[k]);

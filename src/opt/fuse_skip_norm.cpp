@@ -28,13 +28,6 @@ namespace pt2onnx {
 
 namespace {
 
-bool same_shape(const Shape& a, const Shape& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!a[i].same_as(b[i])) return false;
-  return true;
-}
-
 bool skip_type(DType t) { return t == DType::Float || t == DType::Float16 || t == DType::BFloat16; }
 
 }  // namespace

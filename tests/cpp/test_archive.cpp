@@ -126,6 +126,26 @@ TEST(FuzzFindings, EachConvertsOrFailsClearly) {
   EXPECT_GE(n, 1u);
 }
 
+// The fuzzers' seeds from the zoo's real models (tests/data/fuzz_seeds/, made by
+// tests/python/make_fuzz_seeds.py): each converts from memory as fuzz_pipeline
+// reads it, so a seed the core stops converting (which would end the fuzzers'
+// mutations before conversion) fails here. zoo_timm_volo.pt2 holds VOLO's col2im
+// over a symbolic batch, which crashed the core (issue 56).
+TEST(FuzzSeeds, EveryZooProgramConverts) {
+  Options o;
+  o.in_memory = true;
+  size_t n = 0;
+  for (auto& entry : fs::directory_iterator(corpus_dir().parent_path() / "fuzz_seeds")) {
+    SCOPED_TRACE(entry.path().filename().string());
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    Result r = convert_buffer(bytes.data(), bytes.size(), "unused.onnx", o);
+    EXPECT_GT(r.nodes, 5u);
+    ++n;
+  }
+  EXPECT_GE(n, 5u);
+}
+
 TEST(HostileCorpus, ValidArchiveConvertsFromFileAndMemory) {
   std::string out = temp_output();
   Result r = convert((corpus_dir() / "valid.pt2").string(), out, Options{});

@@ -56,7 +56,8 @@ AUTO_XFAIL: dict[str, str] = {}
 # The test checks that plain torch.export.export still refuses them, so a torch that captures
 # them shows here.
 AUTO_TORCH_REFUSES = {"alexnet": "solve_univariate_inequality",
-                      "tv_googlenet": "solve_univariate_inequality"}
+                      "tv_googlenet": "solve_univariate_inequality",
+                      "timm_volo": "solve_univariate_inequality"}
 AUTO_NOT_RUN = {
     "tv_maxvit_t": "torch.export's own tracing (non-strict, every dim symbolic) had not finished "
                    "after 60 minutes (3,008 CPU-s; 2026-11-28, torch 2.13.0), as dynamo's with "

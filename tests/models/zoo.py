@@ -359,6 +359,16 @@ def _timm(name, **kw):
     return factory
 
 
+def _timm_volo():
+    """timm's VOLO (outlook attention: nn.Unfold and F.fold, i.e. im2col and col2im, over a
+    dynamic batch), narrow and one block per stage: its smallest registered variant,
+    volo_d1_224, has 27M parameters and fixes its depths (create_model cannot change them)."""
+    from timm.models.volo import VOLO
+
+    return VOLO(layers=(1, 1, 1, 1), img_size=32, embed_dims=(16, 32, 32, 32),
+                num_heads=(2, 4, 4, 4), stem_hidden_dim=8, num_classes=10)
+
+
 
 # ---- state-space, video, audio, detection (transformers, torchvision, timm) -----
 
@@ -702,6 +712,7 @@ def _entries() -> list[Entry]:
         *(Entry(f"timm_{n.split('_')[0]}", "timm", _simple(_timm(n, num_classes=10, **kw),
                                                            images(3, size)))
           for n, kw, size in MORE_TIMM),
+        Entry("timm_volo", "timm", _simple(_timm_volo, img32)),
         # state-space, video, audio, detection
         *(Entry(name, family, b, export_size=EXPORT_SIZES.get(name, (2, 8)),
                 check_sizes=CHECK_SIZES.get(name, [(1, 5), (3, 11)]))

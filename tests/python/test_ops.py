@@ -75,6 +75,10 @@ CASES = {
     "sdpa_bool_mask_and_scale": (lambda s, q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.3), [f32(2, 2, 5, 8), f32(2, 2, 6, 8), f32(2, 2, 6, 8), lambda: torch.rand(5, 6) > 0.2], False),
     "sdpa_float_mask": (lambda s, q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), [f32(2, 2, 5, 8), f32(2, 2, 5, 8), f32(2, 2, 5, 8), f32(2, 1, 5, 5)], True),
     "sdpa_causal_gqa": (lambda s, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), [f32(2, 4, 5, 8), f32(2, 2, 5, 8), f32(2, 2, 5, 8)], True),
+    # col2im / im2col (VOLO's outlook attention) over a dynamic batch: the batch made the
+    # reshape's target shape a computed one, whose rank the converter once read unchecked (a
+    # SIGSEGV in the core).
+    "fold_unfold_dynamic_batch": (lambda s, x: (F.fold(x, (6, 6), 3, padding=1, stride=2), F.fold(x[:, :, :4], (3, 3), 2), F.unfold(F.fold(x, (6, 6), 3, padding=1, stride=2), 3, padding=1, stride=2)), [f32(2, 36, 9)], True),
     "batch_norm_1d_layer_norm_no_affine": (lambda s, x: F.layer_norm(s.params["bn"](x), (6,)), [f32(3, 6)], True, {"bn": nn.BatchNorm1d(6)}),
 }
 
