@@ -327,6 +327,27 @@ std::string solve_mat(Ctx& c, const std::string& a, const std::string& bm, int64
   return x;
 }
 
+// B of rank(A) - 1: vectors when B's shape is A's without the last dim
+// (torch's rule). Where a dim is unknown here (a computed shape), torch's
+// result says which: of B's rank for vectors, of A's for matrices.
+bool b_is_vectors(Ctx& c, const std::string& a, const std::string& bm) {
+  const Shape& sa = c.shape(a);
+  const Shape& sb = c.shape(bm);
+  bool unknown = false;
+  for (size_t k = 0; k < sb.size(); ++k) {
+    if (sa[k].same_as(sb[k])) continue;
+    if (!sa[k].is_unknown() && !sb[k].is_unknown()) return false;
+    unknown = true;
+  }
+  if (!unknown) return true;
+  const ValueType out = c.out_type();
+  if (!out.shape)
+    c.fail(
+        "linalg.solve of operands of unknown dims needs the result's rank to tell "
+        "vectors from matrices");
+  return out.shape->size() == sb.size();
+}
+
 // linalg_solve(A, B, left): B is a vector when it is 1-D or has A's batch
 // shape without the last dim (torch's rule).
 std::string solve_general(Ctx& c, std::string a, std::string bm, bool left, LU* out = nullptr) {
@@ -335,13 +356,7 @@ std::string solve_general(Ctx& c, std::string a, std::string bm, bool left, LU* 
   bm = c.cast(bm, t);
   int64_t n = matrix_n(c, a);
   size_t ra = c.rank(a), rb = c.rank(bm);
-  bool vec = rb == 1;
-  if (!vec && rb + 1 == ra) {
-    const Shape& sa = c.shape(a);
-    const Shape& sb = c.shape(bm);
-    vec = true;
-    for (size_t k = 0; k < rb; ++k) vec &= sa[k] == sb[k];
-  }
+  bool vec = rb == 1 || (rb + 1 == ra && b_is_vectors(c, a, bm));
   if (vec) bm = c.unsqueeze(bm, {left ? -1 : -2});
   if (!left) {
     a = mT(c, a);

@@ -536,13 +536,15 @@ void take_along_dim(Ctx& c) {
   while (c.rank(idx) < r) idx = c.unsqueeze(idx, {0});
   int64_t axis = Ctx::norm_axis(c.i("dim"), r);
   ValueType ot = c.out_type();
-  // Broadcast all dims but `axis`.
+  // Broadcast all dims but `axis`. Dims not known to be the same (unknown
+  // ones included) are expanded: GatherElements would take idx's 1 where x
+  // has n.
   std::string xe = x, ie = idx;
   auto differs = [&](const std::string& a, const std::string& b) {
     const Shape& sa = c.shape(a);
     const Shape& sb = c.shape(b);
     for (size_t k = 0; k < r; ++k)
-      if (static_cast<int64_t>(k) != axis && !(sa[k] == sb[k])) return true;
+      if (static_cast<int64_t>(k) != axis && !sa[k].same_as(sb[k])) return true;
     return false;
   };
   if (differs(x, idx)) {

@@ -77,6 +77,10 @@ std::string gather_el(Ctx& c, const std::string& data, const std::string& idx, i
 
 // Full sort of x along axis: indices, and the values in x's type (NaN kept).
 Sorted full_sort(Ctx& c, const std::string& x, int64_t axis, bool descending) {
+  // A dim torch would refuse (a crafted program): an error, not a read past the shape.
+  if (axis < 0 || axis >= static_cast<int64_t>(c.rank(x)))
+    c.fail("dim " + std::to_string(axis) + " is out of range for rank " +
+           std::to_string(c.rank(x)));
   const Dim& d = c.shape(x)[static_cast<size_t>(axis)];
   std::string key = sort_key(c, x);
   Sorted s = topk(c, key, c.dim_value(x, axis), d, axis, descending);
@@ -170,7 +174,9 @@ void kthvalue(Ctx& c) {
   }
   int64_t a = Ctx::norm_axis(c.i("dim", -1), r);
   Sorted s = full_sort(c, x, a, false);
-  std::string k = c.symint_value(c.symints("k")[0]);
+  auto ks = c.symints("k");
+  if (ks.size() != 1) c.fail("k must be one integer");
+  std::string k = c.symint_value(ks[0]);
   std::string pos = c.b.op("Sub", {k, c.b.const_i64({1})});
   select_sorted(c, x, s, keep_shaped(c, x, a, pos), a, keep);
 }

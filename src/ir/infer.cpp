@@ -114,7 +114,13 @@ std::vector<ValueType> infer_unsqueeze(const GraphBuilder& b, const Node& n) {
   if (!axes || !x.shape) return {ValueType{x.dtype, std::nullopt}};
   size_t r = x.shape->size() + axes->size();
   std::vector<bool> is_new(r, false);
-  for (auto a : *axes) is_new[checked_axis(n, a, r)] = true;
+  for (auto a : *axes) {
+    // A repeated axis leaves fewer new axes than counted, and the copy below
+    // would read past x's shape.
+    size_t k = checked_axis(n, a, r);
+    if (is_new[k]) throw Error("internal: Unsqueeze axis " + std::to_string(a) + " repeated");
+    is_new[k] = true;
+  }
   Shape out;
   size_t k = 0;
   for (size_t i = 0; i < r; ++i) out.push_back(is_new[i] ? Dim::of(1) : (*x.shape)[k++]);
@@ -305,12 +311,14 @@ std::vector<ValueType> infer_slice(const GraphBuilder& b, const Node& n) {
 }
 
 std::vector<ValueType> infer_cast(const GraphBuilder& b, const Node& n) {
-  return {ValueType{static_cast<DType>(n.attr("to")->i), in_type(b, n, 0).shape}};
+  const Attr* to = n.attr("to");
+  if (!to) throw Error("internal: Cast without its 'to'");
+  return {ValueType{static_cast<DType>(to->i), in_type(b, n, 0).shape}};
 }
 
 std::vector<ValueType> infer_constant_of_shape(const GraphBuilder& b, const Node& n) {
   const Attr* v = n.attr("value");
-  DType t = v ? v->t->dtype : DType::Float;
+  DType t = v && v->t ? v->t->dtype : DType::Float;
   auto target = shape_input(b, n, 0);
   if (!target) {
     auto len = shape_input_length(b, n, 0);

@@ -176,7 +176,10 @@ bool attention_dtype(DType t) {
 std::optional<SdpaMatch> match_sdpa(const GraphIndex& idx, size_t last) {
   const Graph& g = idx.graph();
   const Node& mm = g.nodes[last];
-  if (!is_op(&mm, "MatMul") || !is_sdpa(mm.fx_target()) || mm.inputs.size() != 2)
+  // The fusions give their last node the output's type: a value without one
+  // (a pass that left it untyped) is no match rather than a null read.
+  if (!is_op(&mm, "MatMul") || !is_sdpa(mm.fx_target()) || mm.inputs.size() != 2 ||
+      mm.outputs.size() != 1 || !idx.type(mm.outputs[0]))
     return std::nullopt;
   const std::string& fx = mm.fx_node();
   SdpaMatch m;

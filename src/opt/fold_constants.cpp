@@ -89,7 +89,8 @@ using Eval = std::function<std::optional<Const>(const Node&, const Inputs&)>;
 std::optional<Const> eval_concat(const Node& n, const Inputs& in) {
   if (in.empty()) return std::nullopt;
   Const r = *in[0];
-  if (r.dims.size() != 1 || axis_of(n.attr("axis")->i, 1) != 0) return std::nullopt;
+  const Attr* axis = n.attr("axis");
+  if (r.dims.size() != 1 || !axis || axis_of(axis->i, 1) != 0) return std::nullopt;
   for (size_t k = 1; k < in.size(); ++k) {
     if (in[k]->t != r.t || in[k]->dims.size() != 1) return std::nullopt;
     r.i.insert(r.i.end(), in[k]->i.begin(), in[k]->i.end());
@@ -97,6 +98,33 @@ std::optional<Const> eval_concat(const Node& n, const Inputs& in) {
     r.dims[0] += in[k]->dims[0];
   }
   return r;
+}
+
+// The dims a Reshape of r to `arg` gives; nullopt for a shape that does not
+// hold r's elements (an invalid node): its dims would not match the bytes
+// stored, and the writer would read past them.
+std::optional<std::vector<int64_t>> reshape_dims(const Node& n, const Const& r,
+                                                 const std::vector<int64_t>& arg) {
+  const Attr* az = n.attr("allowzero");
+  std::vector<int64_t> dims = arg;
+  int64_t known = 1, neg = -1;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] == 0 && !(az && az->i)) {
+      if (d >= r.dims.size()) return std::nullopt;
+      dims[d] = r.dims[d];
+    }
+    if (dims[d] == -1 && neg < 0)
+      neg = static_cast<int64_t>(d);
+    else if (dims[d] < 0 || __builtin_mul_overflow(known, dims[d], &known))
+      return std::nullopt;
+  }
+  if (neg >= 0) {
+    if (known == 0) return std::nullopt;
+    dims[static_cast<size_t>(neg)] = r.numel() / known;
+    known *= dims[static_cast<size_t>(neg)];
+  }
+  if (known != r.numel()) return std::nullopt;
+  return dims;
 }
 
 std::optional<Const> eval_reshape_like(const Node& n, const Inputs& in) {
@@ -110,7 +138,14 @@ std::optional<Const> eval_reshape_like(const Node& n, const Inputs& in) {
     size_t rank = r.dims.size() + arg.size();
     std::vector<int64_t> dims;
     std::vector<bool> added(rank, false);
-    for (auto a : arg) added[static_cast<size_t>(axis_of(a, rank))] = true;
+    // Axes out of range or repeated (an invalid node) are left to the checker:
+    // folding them would write past `added` or read past r.dims.
+    for (auto a : arg) {
+      int64_t k = axis_of(a, rank);
+      if (k < 0 || k >= static_cast<int64_t>(rank) || added[static_cast<size_t>(k)])
+        return std::nullopt;
+      added[static_cast<size_t>(k)] = true;
+    }
     size_t k = 0;
     for (size_t d = 0; d < rank; ++d) dims.push_back(added[d] ? 1 : r.dims[k++]);
     r.dims = dims;
@@ -123,17 +158,9 @@ std::optional<Const> eval_reshape_like(const Node& n, const Inputs& in) {
     }
     r.dims = dims;
   } else {  // Reshape
-    std::vector<int64_t> dims = arg;
-    int64_t known = 1, neg = -1;
-    for (size_t d = 0; d < dims.size(); ++d) {
-      if (dims[d] == 0 && !(n.attr("allowzero") && n.attr("allowzero")->i)) dims[d] = r.dims[d];
-      if (dims[d] == -1)
-        neg = static_cast<int64_t>(d);
-      else
-        known *= dims[d];
-    }
-    if (neg >= 0) dims[static_cast<size_t>(neg)] = known ? r.numel() / known : 0;
-    r.dims = dims;
+    auto dims = reshape_dims(n, r, arg);
+    if (!dims) return std::nullopt;
+    r.dims = *dims;
   }
   return r;
 }
@@ -159,7 +186,9 @@ std::optional<Const> eval_gather(const Node& n, const Inputs& in) {
 
 std::optional<Const> eval_cast(const Node& n, const Inputs& in) {
   Const r = *in[0];
-  DType to = static_cast<DType>(n.attr("to")->i);
+  const Attr* to_attr = n.attr("to");
+  if (!to_attr) return std::nullopt;
+  DType to = static_cast<DType>(to_attr->i);
   if (to == r.t) return r;
   if (to != DType::Int64 && to != DType::Int32 && to != DType::Bool && to != DType::Float &&
       to != DType::Double)

@@ -310,7 +310,7 @@ size_t fuse_gelu(Graph& g, const PassOptions& o) {
         const TensorData* b = ix.constant(bias);
         const ValueType* ty = ix.type(y);
         if (!b || b->dims.size() != 1 || ix.constant(y) || !ty || !ty->shape ||
-            ty->shape->size() != xt->shape->size() || ty->dtype != b->dtype)
+            ty->shape->empty() || ty->shape->size() != xt->shape->size() || ty->dtype != b->dtype)
           continue;
         const Dim& last = ty->shape->back();
         if (!last.is_static() || last.value != b->dims[0]) continue;

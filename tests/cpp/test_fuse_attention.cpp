@@ -589,3 +589,50 @@ TEST(FuseMultiHeadAttention, NearMisses) {
   s.cache = true;
   EXPECT_EQ(mha(s), 0u) << "KV cache";
 }
+
+namespace {
+
+// The output of the first node of type `op` (a value build() names itself).
+std::string output_of(const Graph& g, const std::string& op) { return find(g, op)->outputs[0]; }
+
+// Each attention fusion over build(s) with value `v` made of unknown rank
+// (`erase`: of no type at all): how many fused; none may throw or crash.
+std::vector<size_t> fused_with_unknown(Spec s, const std::string& v, bool erase = false) {
+  std::vector<size_t> n;
+  for (int pass = 0; pass < 3; ++pass) {
+    Graph g = build(s);
+    std::string name = v == "Softmax" || v == "And" ? output_of(g, v)
+                       : v == "y"                   ? g.outputs[0].name
+                                                    : v;
+    if (erase)
+      g.types.erase(name);
+    else
+      g.types[name] = ValueType{DType::Float, std::nullopt};
+    n.push_back(pass == 0   ? fuse_attention(g, standard23)
+                : pass == 1 ? fuse_group_query_attention(g, ort18)
+                            : fuse_multi_head_attention(g, ort18));
+  }
+  return n;
+}
+
+}  // namespace
+
+// A value of unknown rank anywhere in the pattern is no match (the matcher
+// proves every shape it reads); the output's rank is not needed. An output of
+// no type at all was a null read in each fusion (`*g.type_of(y)`).
+TEST(FuseAttention, UnknownRankIsNoMatch) {
+  const std::vector<size_t> none{0, 0, 0};
+  Spec mha;
+  mha.cache = false;
+  mha.repeat = false;
+  for (const Spec& s : {Spec{}, mha}) {
+    SCOPED_TRACE(s.cache ? "cache" : "no cache");
+    for (const char* v : {"q", "Softmax", "And"}) EXPECT_EQ(fused_with_unknown(s, v), none) << v;
+    EXPECT_EQ(fused_with_unknown(s, "y", true), none) << "untyped output";
+  }
+  EXPECT_EQ(fused_with_unknown({}, "past_k"), (std::vector<size_t>{1, 0, 0}))
+      << "GroupQueryAttention reads the cache's dims; Attention takes it as it is";
+  EXPECT_EQ(fused_with_unknown({}, "k_new"), (std::vector<size_t>{1, 0, 0}));
+  EXPECT_EQ(fused_with_unknown({}, "y"), (std::vector<size_t>{1, 1, 0}));
+  EXPECT_EQ(fused_with_unknown(mha, "y"), (std::vector<size_t>{1, 0, 1}));
+}

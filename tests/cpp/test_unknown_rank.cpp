@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ir/builder.h"
+#include "opt/passes.h"
 #include "pt2onnx/error.h"
 #include "pt2onnx/pt2onnx.h"
 
@@ -144,4 +145,38 @@ TEST(UnknownRank, Col2imOverASymbolicBatchConverts) {
     EXPECT_GT(r.nodes, 0u);
     EXPECT_NE(r.model_bytes.find("Pad"), std::string::npos);
   }
+}
+
+// An Unsqueeze repeating an axis, or a Cast without its type: errors naming the
+// op, where inference read past the shape or a missing attribute.
+TEST(UnknownRank, InferenceRefusesRepeatedAxesAndMissingAttributes) {
+  GraphBuilder b(18);
+  b.add_input("x", f32({Dim::of(3)}));
+  expect_error([&] { b.op("Unsqueeze", {"x", b.const_i64({0, 0})}); }, "Unsqueeze axis 0 repeated");
+  expect_error([&] { b.op("Cast", {"x"}); }, "Cast without its 'to'");
+}
+
+// Constant folding leaves an invalid node as it is (the checker names it):
+// it wrote past its axis table (Unsqueeze of an axis out of range), read past
+// the input's dims (Reshape's 0 past them) and stored dims that do not hold
+// the elements (a Reshape to another count: the writer read past the bytes).
+TEST(UnknownRank, FoldingLeavesInvalidShapeOpsAlone) {
+  auto folded = [](const std::string& op, std::vector<int64_t> arg) {
+    GraphBuilder b(18);
+    std::string c = b.const_i64({1, 2, 3, 4, 5, 6});
+    std::string y = b.op(op, {c, b.const_i64(arg)}, {}, ValueType{DType::Int64, std::nullopt});
+    // Read by a node that does not fold (a graph output stays computed).
+    std::string z = b.op("Neg", {y}, {}, ValueType{DType::Int64, std::nullopt});
+    b.add_output(z, b.type(z));
+    Graph g = b.take();
+    fold_constants(g);
+    return g.nodes.size() == 1;
+  };
+  EXPECT_TRUE(folded("Reshape", {2, -1}));
+  EXPECT_TRUE(folded("Unsqueeze", {0}));
+  EXPECT_FALSE(folded("Reshape", {7}));
+  EXPECT_FALSE(folded("Reshape", {0, 0, 2}));
+  EXPECT_FALSE(folded("Reshape", {-1, -1}));
+  EXPECT_FALSE(folded("Unsqueeze", {5}));
+  EXPECT_FALSE(folded("Unsqueeze", {0, 0}));
 }
