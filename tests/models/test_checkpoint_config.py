@@ -21,26 +21,11 @@ import torch
 import pt2onnx
 import zoo  # noqa: F401  (keeps torchvision's operator registrations out)
 from pt2onnx import _checkpoint_config, _core, hf
+from test_hf import _gpt2, _llama  # the same tiny checkpoints
 
 # What "refused at once" allows on a loaded machine; the check itself takes milliseconds, the
 # runaway it replaces ran for minutes.
 AT_ONCE_S = 10
-
-
-def _llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    return LlamaForCausalLM(LlamaConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0))
-
-
-def _gpt2():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    return GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2,
-                                      n_head=4, bos_token_id=1, eos_token_id=2, pad_token_id=0))
 
 
 BUILD = {"llama": _llama, "gpt2": _gpt2}

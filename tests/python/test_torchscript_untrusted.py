@@ -265,29 +265,32 @@ def test_arguments_are_checked_before_the_file_is_read(tmp_path, victim):
     assert not (tmp_path / "out.onnx").exists()
 
 
-def test_entries_differing_only_in_case_are_refused(tmp_path, victim):
+def _plain_with(tmp_path, name, edit):
+    """A saved _Plain whose entries pass through edit(info, data) -> [(name, bytes), ...]."""
     plain = str(tmp_path / "plain.pt")
     torch.jit.script(_Plain()).save(plain)
-    out = str(tmp_path / "case.pt")
+    out = str(tmp_path / name)
     with zipfile.ZipFile(plain) as zin, zipfile.ZipFile(out, "w") as zout:
         for info in zin.infolist():
-            zout.writestr(info, zin.read(info.filename))
-            if "/code/" in info.filename and info.filename.endswith(".py"):
-                zout.writestr(info.filename.replace("/code/", "/CODE/"), b"x")
-    _refused(out, victim, tmp_path, "differ only in case")
+            for entry, data in edit(info, zin.read(info.filename)):
+                zout.writestr(info if entry == info.filename else entry, data)
+    return out
+
+
+def test_entries_differing_only_in_case_are_refused(tmp_path, victim):
+    def twin(info, data):
+        yield info.filename, data
+        if "/code/" in info.filename and info.filename.endswith(".py"):
+            yield info.filename.replace("/code/", "/CODE/"), b"x"
+    _refused(_plain_with(tmp_path, "case.pt", twin), victim, tmp_path, "differ only in case")
 
 
 def test_custom_class_of_another_namespace_in_a_pickle_is_refused(tmp_path, victim):
-    plain = str(tmp_path / "plain.pt")
-    torch.jit.script(_Plain()).save(plain)
-    out = str(tmp_path / "c10d.pt")
-    with zipfile.ZipFile(plain) as zin, zipfile.ZipFile(out, "w") as zout:
-        for info in zin.infolist():
-            data = zin.read(info.filename)
-            if info.filename.endswith("/constants.pkl"):
-                data = b"\x80\x02c__torch__.torch.classes.c10d\nStore\nq\x00." + data
-            zout.writestr(info, data)
-    _refused(out, victim, tmp_path, "torch.classes.c10d")
+    def c10d(info, data):
+        if info.filename.endswith("/constants.pkl"):
+            data = b"\x80\x02c__torch__.torch.classes.c10d\nStore\nq\x00." + data
+        yield info.filename, data
+    _refused(_plain_with(tmp_path, "c10d.pt", c10d), victim, tmp_path, "torch.classes.c10d")
 
 
 def test_a_plain_file_converts_and_its_loaded_graphs_pass(tmp_path):
