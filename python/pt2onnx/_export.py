@@ -1008,6 +1008,7 @@ def export(
     use_external_data_format: bool | None = None,
     cache_dir: str | os.PathLike | None = None,
     _state: dict[str, Any] | None = None,
+    _cache_read: str = "auto",
 ) -> ExportResult:
     """Export a PyTorch model to ONNX.
 
@@ -1207,7 +1208,9 @@ def export(
             writes the same file a capture would. `checks["program_cache"]` says "hit" or
             "miss". What the key cannot see (global state the forward reads outside its
             modules' files) is listed in
-            [the nn.Module guide](../guides/modules.md#the-program-cache).
+            [the nn.Module guide](../guides/modules.md#the-program-cache). The folder must
+            be the current user's alone, and each hit is checked whole: see [what the cache
+            trusts](../guides/transformers.md#what-the-cache-trusts-and-what-it-checks).
 
     Returns:
         ExportResult: The files written, the graph's size, seconds per stage (`timings`),
@@ -1274,6 +1277,9 @@ def export(
     if report is not None:  # the export itself, then its report (also of a failure)
         call = {k: v for k, v in locals().items() if k not in ("report", "_state")}
         return _report.around(export, call, report)
+    if cache_dir is not None and _cache_read == "auto":  # a hit that fails: captured anew
+        call = {k: v for k, v in locals().items() if k != "_state"}
+        return _module_cache.export_or_recapture(export, call, _state)
     t0 = time.perf_counter()
     opset = _check_arguments(f, kwargs, dynamic_axes, opset, input_names, output_names,
                              external_data, optimize, strict)
@@ -1342,12 +1348,12 @@ def export(
             inline=inline, target=target, dtype=dtype, quantize=quantize,
             fix_dynamic_shapes=fix_dynamic_shapes, export_params=export_params,
             keep_initializers_as_inputs=keep_initializers_as_inputs))
-        if cache_fields is not None and not custom_functions:
-            cached = _program_cache.lookup(cache_dir, cache_fields)
+        if cache_fields is not None and not custom_functions and _cache_read == "try":
+            cached = _program_cache.lookup(cache_dir, cache_fields, model_views=True)
     progress = _Progress(verbose)
     with _CAPTURE_LOCK:
         if cached is not None:  # the kept program, this model's weights
-            hit = _module_cache.weight_views(cached["parts"][0], model, _tensor_view)
+            hit = _module_cache.weight_views(cached, model, _tensor_view)
         if hit is not None:
             part = cached["parts"][0]
             stored = _program_cache.decode_call(part["call"])
@@ -1445,7 +1451,10 @@ def export(
         )
         if _state is not None:  # what the program cache replays (python/pt2onnx/_program_cache.py)
             _state.update(convert=call, keep_alive=keep_alive)
-        r = _core.convert(**call)
+        if hit is not None:  # the call holds what this export asks for (HitFailed if not)
+            _program_cache.check_request(cached, call)
+        with _program_cache.converting_hit(cached["folder"] if hit is not None else None):
+            r = _core.convert(**call)
         model_bytes = r["model_bytes"]
         # The entry's part now, while the constants' views point at live memory (a tensor
         # on an accelerator is viewed through a CPU copy that keep_alive alone holds).
@@ -1480,7 +1489,8 @@ def export(
                              "in onnxruntime")
         t4 = time.perf_counter()
         atol, rtol = verify_tolerance if verify_tolerance is not None else DTYPE_TOLERANCE[dtype]
-        with _training.module_mode(run_model, training):
+        with _training.module_mode(run_model, training), _program_cache.verifying_hit(
+                cached["folder"] if hit is not None else None, result):
             result.checks["verify"] = _verify.verify(
                 path if f is not None else model_bytes, run_model, args, kwargs, atol, rtol)
         result.timings["verify"] = time.perf_counter() - t4

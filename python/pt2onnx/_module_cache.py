@@ -169,7 +169,7 @@ def key_fields(model: torch.nn.Module, inputs: Any, options: dict[str, Any]):
                       stacklevel=3)
         return None
     return {
-        "format": 1,
+        "format": _program_cache.FORMAT,
         "kind": "nn.Module",
         "versions": {"torch": torch.__version__, "pt2onnx": _core.__version__,
                      "python": "%d.%d" % sys.version_info[:2],
@@ -178,22 +178,46 @@ def key_fields(model: torch.nn.Module, inputs: Any, options: dict[str, Any]):
     }
 
 
-def weight_views(part: dict[str, Any], model: torch.nn.Module, tensor_view):
-    """The views of a kept part for `model`: its parameters and buffers read from the model
-    as a fresh export reads them (tensor_view is _export's), the program's own constants
-    from the entry. Returns (views, what must stay alive), or None when the model lacks a
-    weight the program reads."""
+def weight_views(entry: dict[str, Any], model: torch.nn.Module, tensor_view):
+    """The views of a kept program (entry's only part) for `model`: its parameters and
+    buffers read from the model as a fresh export reads them (tensor_view is _export's), the
+    program's own constants from the entry. Returns (views, what must stay alive). Raises
+    HitFailed when the entry does not fit the model: each view naming one of the model's
+    parameters or buffers must be marked to be read from the model (never from bytes kept in
+    the entry) and have the dtype, shape and strides of the model's tensor, and each view
+    so marked must name one."""
+    part, folder = entry["parts"][0], entry["folder"]
     views, buf = _program_cache.stored_views(part)
     state = dict(model.named_parameters(remove_duplicate=False))
     state.update(model.named_buffers(remove_duplicate=False))
     keep: list = [buf]
     out = []
     for view, stored in zip(views, part["views"]):
-        if len(stored) > 6 and stored[6] == "model":
-            t = state.get(stored[0])
-            if t is None:
-                return None
-            out.append(tensor_view(stored[0], t, keep))
-        else:
-            out.append(view)
+        name, t, from_model = stored[0], state.get(stored[0]), len(stored) > 6
+        if t is None and not from_model:
+            out.append(view)  # a constant of the program
+            continue
+        if t is None or not from_model:
+            raise _program_cache.HitFailed(folder, f"is not used (its weight '{name}' " + (
+                "is not one of the model's tensors)" if t is None else
+                "is one of the model's tensors, but would be read from the entry)"))
+        mine = tensor_view(name, t, keep)
+        if [mine[2], list(mine[3]), list(mine[4])] != stored[2:5]:
+            raise _program_cache.HitFailed(folder, f"is not used (its weight '{name}' is "
+                                           f"{stored[2]} {stored[3]}, the model's {mine[2]} "
+                                           f"{list(mine[3])})")
+        out.append(mine)
     return out, keep
+
+
+def export_or_recapture(export, call: dict[str, Any], state: dict[str, Any] | None):
+    """export(cache_dir=...): from the cache when it holds the model's program; when the
+    kept program does not fit the model (HitFailed: the C++ core refuses it, a weight does
+    not match, its file fails verification), once more with a fresh capture, which replaces
+    the entry, after a warning naming it. `call`: export()'s arguments."""
+    try:
+        return export(**dict(call, _cache_read="try"), _state=state)
+    except _program_cache.HitFailed as e:
+        warnings.warn(str(e), _program_cache.CacheWarning, stacklevel=3)
+        _program_cache.discard(e.folder)
+        return export(**dict(call, _cache_read="no"), _state=state)

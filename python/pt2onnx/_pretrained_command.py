@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 from . import _cli, _program_cache
 
@@ -38,8 +39,13 @@ def from_cache(cache_dir: str, path: str, task: str, f: str, options: dict, veri
     if verify:
         from . import hf
 
-        hf.verify_into(r, None, path, task, f,
-                       *hf.verify_tolerance(options["dtype"], atol, rtol))
+        try:  # a hit whose file fails verification: removed, and exported anew without it
+            with _program_cache.verifying_hit(r.checks["program_cache"]["entry"], r):
+                hf.verify_into(r, None, path, task, f,
+                               *hf.verify_tolerance(options["dtype"], atol, rtol))
+        except _program_cache.HitFailed as e:
+            warnings.warn(str(e), _program_cache.CacheWarning, stacklevel=2)
+            return None
     return r
 
 

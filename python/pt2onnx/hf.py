@@ -709,7 +709,9 @@ def export_pretrained(
             weights="empty". False: neither read nor write the cache.
         cache_dir: The cache's folder; None: `$PT2ONNX_CACHE_DIR`, else
             `pt2onnx/programs` under the user's cache directory (`$XDG_CACHE_HOME`,
-            default ~/.cache).
+            default ~/.cache). It must be the current user's alone (no group or other
+            user may write it), or it is not used; what it trusts and checks:
+            [trust](../guides/transformers.md#what-the-cache-trusts-and-what-it-checks).
 
     Returns:
         ExportResult: The export's result. With verify=True its `checks` has the
@@ -829,8 +831,7 @@ def _store_programs(cache_dir, path, task, options, states) -> str | None:
         if part is None:
             return None
         parts.append(part)
-    fields = _program_cache.key_fields(path, task, options)
-    return _program_cache.store(cache_dir, fields, parts, _program_cache.sources_in_use())
+    return _program_cache.store_pretrained(cache_dir, path, task, options, parts)
 
 
 def verify_tolerance(dtype: str, atol: float | None, rtol: float | None):

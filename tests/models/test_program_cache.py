@@ -17,6 +17,7 @@ import torch
 
 import pt2onnx
 import zoo
+from program_cache_helpers import resign
 from pt2onnx import _program_cache, hf
 
 TRANSFORMERS_ZOO = sorted(n for n, e in zoo.ZOO.items() if e.family == "transformers")
@@ -146,6 +147,7 @@ def test_changed_model_code_is_a_miss(llama, tmp_path):
     meta["sources"][modeling[0]] = "0" * 64
     with open(os.path.join(entry, "entry.json"), "w") as f:
         json.dump(meta, f)
+    resign(entry)  # as if the file had changed, not the entry: signed, so a plain miss
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         r = _again(ckpt, cache, tmp_path / "again")
