@@ -1,9 +1,12 @@
 """Helpers of the program cache's tests (tests/models/test_program_cache*.py): editing an
-entry as a damaged disk, another user or a writer holding the cache's key would."""
+entry as a damaged disk, another user or a writer holding the cache's key would; and a
+deadline for the tests of untrusted files (test_checkpoint_config.py too)."""
 
+import contextlib
 import hashlib
 import json
 import os
+import signal
 
 from pt2onnx import _cache_entry
 
@@ -68,3 +71,19 @@ def tree(folder) -> dict:
             st = os.lstat(os.path.join(d, name))
             out[os.path.relpath(os.path.join(d, name), folder)] = (st.st_size, st.st_mtime_ns)
     return out
+
+
+@contextlib.contextmanager
+def deadline(seconds):
+    """A TimeoutError if the body still runs after `seconds` (a read that waits on a FIFO, a
+    config built for minutes): the test fails instead of running away."""
+    def expired(*_):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

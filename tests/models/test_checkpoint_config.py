@@ -7,10 +7,8 @@ sharded, multimodal, encoder-only, weight-shared) pass; an allocation failure wh
 is built names the fields that size it; config.json and the weights are read only as regular
 files. Random weights from small configs; no hub."""
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +19,7 @@ import torch
 import pt2onnx
 import zoo  # noqa: F401  (keeps torchvision's operator registrations out)
 from pt2onnx import _checkpoint_config, _core, hf
+from program_cache_helpers import deadline
 from test_hf import _gpt2, _llama  # the same tiny checkpoints
 
 # What "refused at once" allows on a loaded machine; the check itself takes milliseconds, the
@@ -47,26 +46,11 @@ def edit_config(path, **changes):
     (path / "config.json").write_text(json.dumps(cfg))
 
 
-@contextlib.contextmanager
-def _deadline(seconds):
-    """Fails the test (instead of running away for minutes) when the body takes longer."""
-    def stop(*_):
-        raise TimeoutError(f"still running after {seconds} s: the config was not refused")
-
-    old = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _refused(path, match, out, exc=ValueError, **kw):
     """export_pretrained(path) fails within AT_ONCE_S with `exc` whose one-line message matches
     `match`, and leaves nothing at `out` (a file in a folder that did not exist)."""
     t0 = time.perf_counter()
-    with _deadline(AT_ONCE_S), pytest.raises(exc, match=match) as e:
+    with deadline(AT_ONCE_S), pytest.raises(exc, match=match) as e:
         hf.export_pretrained(path, kw.pop("task", "text-generation"), out, verify=False, **kw)
     assert time.perf_counter() - t0 < AT_ONCE_S
     assert "\n" not in str(e.value)
@@ -164,7 +148,7 @@ def test_diffusers_component_checked(tmp_path):
         {"_class_name": "PixArtAlphaPipeline",
          "transformer": ["diffusers", "PixArtTransformer2DModel"]}))
     edit_config(tmp_path / "pipe" / "transformer", num_layers=1000000)
-    with _deadline(AT_ONCE_S), pytest.raises(ValueError, match=r"num_layers is 1000000, but the "
+    with deadline(AT_ONCE_S), pytest.raises(ValueError, match=r"num_layers is 1000000, but the "
                                              r"checkpoint's weights hold 2 layers "
                                              r"\(transformer_blocks.0 .. transformer_blocks.1\)"):
         pd.load_pipeline_models(tmp_path / "pipe")

@@ -7,7 +7,6 @@ fresh export's, byte for byte, nothing touched outside the output and nothing le
 key would (a bug, the user): the value checks behind the signature must then refuse it too.
 The fuzzing of the entry reader is tests/models/test_program_cache_fuzz.py."""
 
-import contextlib
 import os
 import shutil
 import signal
@@ -23,7 +22,8 @@ import torch
 
 import pt2onnx
 import zoo
-from program_cache_helpers import edit_entry, entry_of, first_stored_view, rewrite_part, tree
+from program_cache_helpers import (deadline, edit_entry, entry_of, first_stored_view, rewrite_part,
+                                   tree)
 from pt2onnx import _cache_entry, _program_cache, hf
 
 TASK = "text-generation-with-past"
@@ -183,21 +183,6 @@ def _replace_with_fifo(path):
     os.mkfifo(path)
 
 
-@contextlib.contextmanager
-def _deadline(seconds):
-    """A TimeoutError if the body still runs after `seconds` (a read that waits on a FIFO)."""
-    def expired(*_):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _link_to_copy(path, folder):
     """`path` replaced by a symbolic link to itself moved into `folder`."""
     copy = os.path.join(folder, os.path.basename(path) + ".moved")
@@ -224,7 +209,7 @@ def test_entry_files_are_regular_files_of_this_user_alone(base, cache, damage, t
     none others can write: each damage a miss without waiting or reading outside the entry,
     and replaced by the fresh capture."""
     FILE_DAMAGE[damage](entry_of(cache))
-    with _deadline(60):
+    with deadline(60):
         r, cw = _export(base, cache, str(tmp_path / "out"))
     _assert_replaced(base, cache, str(tmp_path / "out"), r, cw, "is not used")
 
@@ -330,7 +315,7 @@ def test_config_json_that_is_not_a_file(base, cache, kind, tmp_path):
     assert time.perf_counter() - t0 < 60
     # In export_pretrained, the same clean refusal with or without the cache.
     for use_cache in (True, False):
-        with _deadline(60), pytest.raises(ValueError, match="config.json: not a regular file"):
+        with deadline(60), pytest.raises(ValueError, match="config.json: not a regular file"):
             hf.export_pretrained(ckpt, TASK, tmp_path / "out" / "m.onnx", verify=False,
                                  cache_dir=cache, cache=use_cache)
     assert not (tmp_path / "out").exists()

@@ -119,7 +119,8 @@ def test_wheel_installs_into_a_fresh_environment(tmp_path):
              dict(os.environ, PT2ONNX_WERROR="ON"), ROOT, timeout=3600)
     (wheel,) = dist.glob("pt2onnx-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert {"pt2onnx/_libs/libsimdjson.so.14", "pt2onnx/_libs/libmimalloc.so.2"} <= set(names)
+    assert {"pt2onnx/_libs/libsimdjson.so.14", "pt2onnx/_libs/libmimalloc.so.2",
+            "pt2onnx/_libs/libz.so.1"} <= set(names)
     assert any(re.fullmatch(r"pt2onnx-[^/]+\.data/scripts/pt2onnx", n) for n in names)
 
     # A fresh environment with torch only; nothing of this one leaks in.
@@ -148,7 +149,7 @@ def test_wheel_installs_into_a_fresh_environment(tmp_path):
     # outside the environment but the C/C++ runtime.
     site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
     (core,) = (site / "pt2onnx").glob("_core*.so")
-    for binary, expected in ((core, {"libsimdjson.so.14"}),
+    for binary, expected in ((core, {"libsimdjson.so.14", "libz.so.1"}),
                              (bin_dir / "pt2onnx", {"libsimdjson.so.14", "libmimalloc.so.2"})):
         bundled = _check_bundled(binary, venv, env)
         assert set(bundled) == expected, (binary, bundled)
