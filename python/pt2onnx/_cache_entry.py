@@ -44,6 +44,8 @@ import stat
 import time
 from typing import Any
 
+from ._checkpoint_files import read_regular_file
+
 MAX_ENTRY_BYTES = 64 << 20  # entry.json: the key, the source list, the views and calls
 MAX_PART_BYTES = 1 << 40  # a part's files: read for the size the signed entry.json records
 STALE_S = 600  # a `.new-*` this old is a killed store's: a store writes a few MB in seconds
@@ -86,29 +88,22 @@ class Untrusted(Exception):
 
 def read_file(name: str, *, limit: int, dir_fd: int | None = None, exact: int | None = None,
               owned: bool = False, private: bool = False) -> bytes:
-    """A regular file's bytes, checked on the open descriptor before any byte is read: opened
-    without waiting (O_NONBLOCK: a FIFO opens at once, and is refused, instead of waiting for
-    a writer), a FIFO, device or socket refused, at most `limit` bytes (`exact`: that many),
-    read for that size only. `owned` (the cache's files, opened relative to `dir_fd`): a
-    symbolic link is refused and the file must be the user's alone (`check_owner`;
-    `private`: readable by nobody else either). Raises Damaged, or OSError
-    (FileNotFoundError: no such file)."""
-    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC | (_NOFOLLOW if owned else 0),
-                 dir_fd=dir_fd)
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise Damaged(f"{name} is not a regular file")
-        if owned:
-            check_owner(st, name, private)
-        size = st.st_size
-        if size > limit or (exact is not None and size != exact):
-            raise Damaged(f"{name} has {size} bytes, "
-                          + (f"not {exact}" if exact is not None else f"more than {limit}"))
-        data = fh.read(size + 1)  # one byte more: a file that grew is refused
-    if len(data) != size:
-        raise Damaged(f"{name} changed while it was read")
-    return data
+    """A regular file's bytes, read as every untrusted file is
+    (_checkpoint_files.read_regular_file: no FIFO or device, the size checked on the open
+    descriptor first). `owned` (the cache's files, opened relative to `dir_fd`): a symbolic
+    link is refused and the file must be the user's alone (`check_owner`; `private`: readable
+    by nobody else either). Raises Damaged, Untrusted, or OSError (FileNotFoundError: no such
+    file)."""
+    def owner(st):
+        check_owner(st, name, private)
+
+    try:
+        return read_regular_file(name, limit, dir_fd=dir_fd, exact=exact, nofollow=owned,
+                                 check_stat=owner if owned else None)
+    except Damaged:
+        raise
+    except ValueError as e:
+        raise Damaged(str(e)) from None
 
 
 def write_file(dir_fd: int, name: str, data: bytes) -> None:

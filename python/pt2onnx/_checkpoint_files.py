@@ -7,32 +7,48 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 
 # A checkpoint's JSON files (config.json, model.safetensors.index.json) are a few kB to a few MB.
 MAX_JSON_BYTES = 64 << 20
 
 
-def read_regular_file(name: str, limit: int = MAX_JSON_BYTES) -> bytes:
+def read_regular_file(name: str, limit: int = MAX_JSON_BYTES, *, dir_fd: int | None = None,
+                      exact: int | None = None, nofollow: bool = False,
+                      check_stat: Callable[[os.stat_result], None] | None = None) -> bytes:
     """The bytes of a file of an untrusted folder, which must be a regular file of at most
-    `limit` bytes: a FIFO is refused at once (opened without waiting for a writer), and a
-    device (a link to /dev/zero) or an oversized file is never read.
+    `limit` bytes (`exact`: that many): a FIFO is refused at once (opened without waiting for a
+    writer), and a device (a link to /dev/zero) or an oversized file is never read; everything
+    is checked on the open descriptor before a byte is read, and the file is read for its size
+    only. `dir_fd`: `name` relative to that folder; `nofollow`: a symbolic link refused;
+    `check_stat`: more checks of the open file's stat (the program cache's owner check).
 
     Raises:
         FileNotFoundError: `name` does not exist (other OSErrors of `open` likewise).
-        ValueError: It is not a regular file, or it is larger than `limit`.
+        ValueError: It is not a regular file, its size is not allowed, or it changed while read.
     """
-    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(name, flags | (getattr(os, "O_NOFOLLOW", 0) if nofollow else 0), dir_fd=dir_fd)
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ValueError(f"{name}: not a regular file")
-        if st.st_size > limit:
-            raise ValueError(f"{name}: {st.st_size} bytes, more than the {limit >> 20} MiB "
-                             "such a file may have")
-        data = fh.read(limit + 1)
-    if len(data) > limit:  # grew while read
-        raise ValueError(f"{name}: more than the {limit >> 20} MiB such a file may have")
+        if check_stat is not None:
+            check_stat(st)
+        size = st.st_size
+        if size > limit:
+            raise ValueError(f"{name}: {size} bytes, more than the {_bytes(limit)} such a file "
+                             "may have")
+        if exact is not None and size != exact:
+            raise ValueError(f"{name}: {size} bytes, not {exact}")
+        data = fh.read(size + 1)  # one byte more: a file that grew is refused
+    if len(data) != size:
+        raise ValueError(f"{name}: changed while it was read")
     return data
+
+
+def _bytes(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 def safetensors_files(source: str | os.PathLike) -> list[str]:

@@ -71,14 +71,29 @@ bool listed(const std::array<std::string_view, N>& list, std::string_view v) {
   return std::find(list.begin(), list.end(), v) != list.end();
 }
 
+// "a, b, c": the allowed names, for messages.
+template <size_t N>
+std::string joined(const std::array<std::string_view, N>& list) {
+  std::string out;
+  for (std::string_view v : list) out += (out.empty() ? "" : ", ") + std::string(v);
+  return out;
+}
+
 std::optional<std::string> op_refusal(std::string_view ns, std::string_view name) {
   if (!listed(kOpNamespaces, ns))
     return "calls an op of namespace '" + std::string(ns) + "', which pt2onnx does not load " +
-           "files with (only aten, prim, quantized, torchvision, profiler)";
+           "files with (only " + joined(kOpNamespaces) + ")";
   for (const Refused& r : kRefusedOps)
     if (r.ns == ns && r.name == name) return std::string(r.why);
   if (unchecked_sparse(name)) return std::string("builds a tensor without checking its indices");
   return std::nullopt;
+}
+
+// Why a custom class namespace (torch.classes.NS, in code or a pickle) is refused, or nothing.
+std::optional<std::string> class_refusal(std::string_view ns) {
+  if (listed(kClassNamespaces, ns)) return std::nullopt;
+  return "is a custom class namespace pt2onnx does not load files with (only " +
+         joined(kClassNamespaces) + ")";
 }
 
 // ---- reading the code entries ----------------------------------------------------------
@@ -283,10 +298,7 @@ class CodeCheck {
       refuse(k, std::string(ns) + "::" + std::string(name), *why);
   }
   void check_class(size_t k, std::string_view ns) {
-    if (!listed(kClassNamespaces, ns))
-      refuse(k, "torch.classes." + std::string(ns),
-             "is a custom class namespace pt2onnx does not load files with (only quantized, rnn, "
-             "sparse)");
+    if (auto why = class_refusal(ns)) refuse(k, "torch.classes." + std::string(ns), *why);
   }
 
   [[noreturn]] void refuse(size_t k, const std::string& op, const std::string& why) const {
@@ -316,10 +328,9 @@ void check_pickle_classes(const ZipReader& zip, const std::string& entry, std::s
     size_t s = at + kTag.size(), end = s;
     while (end < bytes.size() && Lexer::word_char(bytes[end])) ++end;
     std::string_view ns = bytes.substr(s, end - s);
-    if (!listed(kClassNamespaces, ns))
+    if (auto why = class_refusal(ns))
       throw Error(zip.what() + ": entry '" + entry + "' builds an object of torch.classes." +
-                  std::string(ns) + ", a custom class namespace pt2onnx does not load files " +
-                  "with (only quantized, rnn, sparse)");
+                  std::string(ns) + ", which " + *why);
   }
 }
 
