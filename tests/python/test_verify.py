@@ -102,3 +102,38 @@ def test_report_of_a_failed_export(tmp_path):
     assert "## Ops without a converter" in text
     assert "| `torch.ops.pt2onnx_test.report_only.default` | 1 |" in text
     assert not (tmp_path / "m.onnx").exists()
+
+
+class _TiedRouter(torch.nn.Module):
+    """A mixture-of-experts router as transformers initialises some (AFMoE's gate: zeros):
+    every score ties, and torch.topk's choice among equal values (unspecified; on CPU it
+    depends on the size and on k) differs from ONNX TopK's (the lower index first)."""
+
+    def __init__(self, tied: bool):
+        super().__init__()
+        self.gate = torch.nn.Linear(8, 8, bias=False)
+        if tied:
+            torch.nn.init.zeros_(self.gate.weight)
+        self.experts = torch.nn.Parameter(torch.arange(8.0))
+
+    def forward(self, x):
+        _, idx = torch.sigmoid(self.gate(x)).topk(2, dim=-1)
+        return self.experts[idx].sum(-1)
+
+
+def test_verify_accepts_ties_chosen_as_onnx_does(tmp_onnx):
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch_pick = _TiedRouter(True)(x)
+    assert not torch.equal(torch_pick, torch.full((3,), 1.0))  # torch does not pick 0 and 1
+    with pytest.warns(UserWarning, match="lower index first"):
+        r = pt2onnx.export(_TiedRouter(True), (x,), tmp_onnx, verify=True)
+    assert any("topk_ties" in run for run in r.checks["verify"])
+    # The same model with a random router: no ties, no warning.
+    import warnings
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = pt2onnx.export(_TiedRouter(False), (x,), tmp_onnx, verify=True)
+    assert not any("topk_ties" in run for run in r.checks["verify"])
