@@ -171,3 +171,28 @@ def test_nodes_carry_module_path(tmp_onnx):
     paths = {p.value for n in mp.graph.node for p in n.metadata_props if p.key == "namespace"}
     assert "blocks.0.qkv" in paths and "blocks.0.ln1" in paths
     assert any(n.name.startswith("scaled_dot_product_attention") for n in mp.graph.node)
+
+
+class _Masked(nn.Module):
+    """Multiplies by a mask of the ids' length: the two lengths must be one dim."""
+
+    def forward(self, x, mask):
+        return (x * mask).cumsum(-1)
+
+
+@pytest.mark.parametrize("form", ["dynamic_shapes", "dynamic_axes"])
+def test_dims_given_one_name_that_must_be_one_dim(tmp_onnx, form):
+    """Each named dim is given to torch.export as its own Dim.DYNAMIC; where the model needs
+    two of them equal, torch (2.13) makes them one, and the file names both as given."""
+    x, mask = torch.randn(2, 6), torch.ones(2, 6)
+    axes = {"x": {0: "batch", 1: "seq"}, "mask": {0: "batch", 1: "seq"}}
+    kw = (dict(dynamic_shapes=axes) if form == "dynamic_shapes"
+          else dict(input_names=["x", "mask"], dynamic_axes=axes))
+    pt2onnx.export(_Masked(), (x, mask), tmp_onnx, **kw)
+    m = onnx.load(tmp_onnx)
+    assert [[d.dim_param for d in i.type.tensor_type.shape.dim] for i in m.graph.input] == \
+        [["batch", "seq"], ["batch", "seq"]]
+    x2, mask2 = torch.randn(3, 11), (torch.rand(3, 11) > 0.5).float()
+    got = run_ort(tmp_onnx, {"x": x2.numpy(), "mask": mask2.numpy()})[1][0]
+    torch.testing.assert_close(torch.from_numpy(got), _Masked()(x2, mask2), atol=1e-5,
+                               rtol=1e-5)
