@@ -14,10 +14,8 @@ import os
 import sys
 import warnings
 
-from . import _cli, _program_cache
-
-TASKS = ("text-generation-with-past", "text-generation", "feature-extraction",
-         "image-classification", "seq2seq", "seq2seq-with-past")
+from . import _checkpoint_config, _cli, _hf_tasks, _program_cache
+from ._hf_tasks import TASKS  # noqa: F401 - the task names, optimum's
 
 
 class _Miss(Exception):
@@ -63,7 +61,13 @@ def main(argv: list[str] | None = None) -> int:
         description="Export a local transformers checkpoint directory to ONNX and verify it "
                     "in onnxruntime (never reaches the network).")
     p.add_argument("path", help="checkpoint directory (config.json + weights)")
-    p.add_argument("--task", required=True, choices=TASKS)
+    p.add_argument("--task", default=None, metavar="TASK",
+                   help="one of optimum's task names (or its synonyms): "
+                        f"{', '.join(TASKS)}; default: inferred from config.json's "
+                        "architectures, as optimum-cli does")
+    p.add_argument("--list-tasks", action="store_true",
+                   help="print the tasks the checkpoint can be exported as (the inferred one "
+                        "first) and exit")
     p.add_argument("-o", "--output", help="ONNX file to write (default: PATH/model.onnx; "
                                           "seq2seq-with-past writes model.encoder.onnx and "
                                           "model.decoder.onnx beside it)")
@@ -75,10 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
                    help="float type of the weights, inputs, outputs and compute (default "
                         "float32); norm statistics, softmax and sums stay float32")
-    p.add_argument("--weights", choices=("empty", "memory"), default="empty",
-                   help="empty (default): build the model without weight data and copy the "
-                        "checkpoint's safetensors into the output file-to-file (any size fits); "
-                        "memory: load the model first (from_pretrained)")
+    p.add_argument("--weights", choices=("auto", "empty", "memory"), default="auto",
+                   help="empty: build the model without weight data and copy the checkpoint's "
+                        "safetensors into the output file-to-file (any size fits); memory: load "
+                        "the model first (from_pretrained); auto (default): empty, or memory "
+                        "when the checkpoint's tensors need transformers' conversion (experts "
+                        "saved one by one)")
     p.add_argument("--external-data", default=None, metavar="MODE",
                    help="always (default), never, auto, or shards:SIZE (e.g. shards:2GB: "
                         "data files of at most that size)")
@@ -105,16 +111,23 @@ def main(argv: list[str] | None = None) -> int:
     external_data = {None: True, "always": True, "never": False,
                      "auto": None}.get(a.external_data, a.external_data)
     try:
+        if a.list_tasks:
+            from . import hf
+
+            print("\n".join(hf.tasks_of_checkpoint(a.path)))
+            return 0
+        task = (_hf_tasks.resolve(a.task) if a.task is not None
+                else _hf_tasks.infer(_checkpoint_config.read_config(a.path))).name
         r = None
-        if not a.no_cache and a.weights == "empty":
-            r = from_cache(a.cache_dir or _program_cache.default_dir(), a.path, a.task,
+        if not a.no_cache and a.weights != "memory":
+            r = from_cache(a.cache_dir or _program_cache.default_dir(), a.path, task,
                            a.output or os.path.join(a.path, "model.onnx"),
                            dict(opset=a.opset, target=a.target, dtype=a.dtype,
                                 external_data=external_data, quantize=a.quantize), verify)
         if r is None:
             from . import hf
 
-            r = hf.export_pretrained(a.path, a.task, a.output, opset=a.opset,
+            r = hf.export_pretrained(a.path, task, a.output, opset=a.opset,
                                      verify=verify, quantize=a.quantize,
                                      target=a.target, dtype=a.dtype, weights=a.weights,
                                      verbose=False if a.quiet else None,
@@ -126,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     if "encoder" in r.checks:
         print(r.checks["encoder"])
     print(r)
+    if "weights" in r.checks:
+        print(f"  weights: {r.checks['weights']}")
     cache = r.checks.get("program_cache")
     if cache is not None:
         print(f"  program cache: {cache['result']} ({cache['entry'] or 'not kept'})")

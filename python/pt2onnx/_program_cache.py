@@ -56,6 +56,7 @@ from ._cache_entry import (CALL_TYPES, DIR_FLAGS, ITEMSIZE, MAC_FILE, MAX_ENTRY_
                            MAX_PART_BYTES, MAX_RANK, NEW, STORED, Damaged, Untrusted,
                            check_owner, exists, extent, mac, open_root, parse_entry, read_file,
                            remove_stale, rmtree, signing_key, write_file)
+from . import _hf_tasks
 from ._checkpoint_files import read_regular_file, safetensors_files, seq2seq_paths
 from ._result import ExportResult, result_from_core
 
@@ -640,7 +641,7 @@ def export_hit(cache_dir: str | os.PathLike, path: str | os.PathLike, task: str,
         expect = pretrained_call(options)
     except (OSError, ValueError, TypeError):
         return None  # no config.json, not a regular file, bad options: the fresh export says so
-    roles = ("encoder", "decoder") if task == "seq2seq-with-past" else ("",)
+    roles = ("encoder", "decoder") if task in _hf_tasks.PAIRED else ("",)
     entry = lookup(cache_dir, fields, roles, expect)
     if entry is None:
         return None

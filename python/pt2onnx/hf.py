@@ -44,8 +44,12 @@ from . import _checkpoint_config, _cli
 from . import _export as _export_mod
 from . import _pretrained_command, _program_cache
 from . import _verify as _verify_mod
-from ._checkpoint_files import safetensors_files, seq2seq_paths
-from ._pretrained_command import TASKS, main  # noqa: F401 - pt2onnx.hf.main: the command
+from ._checkpoint_files import safetensors_files, seq2seq_paths  # noqa: F401 - hf.seq2seq_paths
+from . import _hf_inputs, _hf_seq2seq, _hf_tasks
+from ._hf_inputs import accepts, audio_inputs, text_inputs
+from ._hf_seq2seq import prefixed_source
+from ._hf_tasks import TASKS, Task  # noqa: F401 - pt2onnx.hf.TASKS: the task names
+from ._pretrained_command import main  # noqa: F401 - pt2onnx.hf.main: the command
 from ._core import ConversionError
 from ._export import ExportResult, export
 
@@ -131,35 +135,6 @@ def _register_encoder_decoder_cache() -> None:
 
 # ---- example inputs per task ---------------------------------------------------
 
-def _accepts(model: torch.nn.Module, name: str) -> bool:
-    return name in inspect.signature(model.forward).parameters
-
-
-def _text_inputs(model, batch: int, seq: int, past: int = 0) -> dict[str, Any]:
-    vocab = model.config.vocab_size
-    d: dict[str, Any] = {"input_ids": torch.randint(0, vocab, (batch, seq))}
-    mask = torch.ones(batch, past + seq, dtype=torch.long)
-    if batch > 1 and past + seq > 1:
-        mask[0, 0] = 0  # a left-padded row: the mask is live data
-    d["attention_mask"] = mask
-    if _accepts(model, "token_type_ids") and getattr(model.config, "type_vocab_size", 0) > 1:
-        d["token_type_ids"] = torch.zeros(batch, seq, dtype=torch.long)
-    return d
-
-
-def _image_inputs(model, batch: int) -> dict[str, Any]:
-    cfg = model.config
-    size = cfg.image_size if isinstance(cfg.image_size, int) else cfg.image_size[0]
-    return {"pixel_values": torch.randn(batch, cfg.num_channels, size, size)}
-
-
-def _audio_inputs(model, batch: int) -> dict[str, Any]:
-    cfg = model.config
-    # Whisper-like encoders take exactly 2 * max_source_positions frames.
-    return {"input_features": torch.randn(batch, cfg.num_mel_bins,
-                                          2 * cfg.max_source_positions)}
-
-
 def _past(model, batch: int, past: int):
     """A DynamicCache of `past` positions, made by the model itself (a
     prefill run), so any decoder's layer count, heads and head size fit.
@@ -169,7 +144,7 @@ def _past(model, batch: int, past: int):
     ids = torch.randint(0, model.config.vocab_size, (batch, max(past, 1)))
     fake_mode = getattr(next(model.parameters()), "fake_mode", None)
     empty = fake_mode is not None
-    with torch.no_grad(), fake_mode or contextlib.nullcontext():
+    with torch.no_grad(), fake_mode or contextlib.nullcontext(), _eager_experts(model, empty):
         out = model(input_ids=fake_mode.from_tensor(ids) if empty else ids, use_cache=True)
     cache = out.past_key_values
     if empty:
@@ -190,39 +165,83 @@ def _past(model, batch: int, past: int):
     return cache
 
 
-class _TaskInputs:
-    """Example inputs of one task at (batch, seq, past), and its dynamic shapes."""
+@contextlib.contextmanager
+def _eager_experts(model, fake: bool):
+    """Mixture-of-experts layers gather each token's experts' weights (transformers'
+    "batched_mm" implementation) while `fake`: outside torch.compile transformers picks torch's
+    grouped matmul, whose fake-tensor function takes bfloat16 only, and its "eager" one sizes
+    tensors by the routing (nonzero), which fake tensors cannot; so a float32 model without
+    weight data could not make its example cache. The capture is unaffected (under
+    torch.export transformers never picks grouped_mm for float32)."""
+    configs = {id(m.config): m.config for m in model.modules()
+               if hasattr(getattr(m, "config", None), "_experts_implementation_internal")}
+    saved = {k: c._experts_implementation_internal for k, c in configs.items()}
+    try:
+        if fake:
+            for c in configs.values():
+                if c._experts_implementation_internal is not None:
+                    c._experts_implementation_internal = "batched_mm"
+        yield
+    finally:
+        for k, c in configs.items():
+            c._experts_implementation_internal = saved[k]
 
-    def __init__(self, model, task: str):
-        self.model, self.task = model, task
-        self.main = getattr(model, "main_input_name", "input_ids")
+
+class _TaskInputs:
+    """Example inputs of a task at (batch, seq, past), their dynamic axes, and the module the
+    file is captured from: the model itself for the generation tasks (their outputs, caches
+    included, named in C++), else the model returning the task's outputs only, under
+    optimum's names (_hf_inputs.task_module)."""
+
+    def __init__(self, model, task: Task | str, folder: str | None = None):
+        task = _hf_tasks.resolve(task) if isinstance(task, str) else task
+        self.model, self.task, self.folder = model, task, folder
+        self.kind = _hf_inputs.modality(task, model)
+        self._module = None
 
     def make(self, batch: int, seq: int, past: int = 0) -> dict[str, Any]:
         m = self.model
-        if self.main == "pixel_values":
-            return _image_inputs(m, batch)
-        if self.task == "seq2seq":
-            d = (_audio_inputs(m, batch) if self.main == "input_features"
-                 else _text_inputs(m, batch, seq))
+        if self.kind == "seq2seq":
+            speech = getattr(m, "main_input_name", "input_ids") == "input_features"
+            d = (audio_inputs(m, batch, seq)[0] if speech else text_inputs(m, batch, seq))
             d["decoder_input_ids"] = torch.randint(0, m.config.vocab_size,
                                                    (batch, max(seq // 2, 1)))
             return d
-        d = _text_inputs(m, batch, seq, past)
-        if self.task == "text-generation-with-past":
-            if _accepts(m, "position_ids"):
+        if self.kind != "decoder":
+            return _hf_inputs.make_inputs(self.kind, m, batch, seq, self.folder)[0]
+        d = text_inputs(m, batch, seq, past)
+        if self.task.with_past:
+            if accepts(m, "position_ids"):
                 pos = d["attention_mask"].cumsum(-1) - 1
                 d["position_ids"] = pos.clamp(min=0)[:, past:]
             d["past_key_values"] = _past(m, batch, past)
         return d
 
+    def module(self, inputs: dict[str, Any]) -> torch.nn.Module:
+        """What is captured and compared: the same module object for every size."""
+        if self._module is None:
+            outputs = () if self.kind == "decoder" and self.task.with_past else (
+                self.task.outputs or ("logits",))
+            if self.kind == "text+vision" and self.task.name == "feature-extraction":
+                outputs = _hf_tasks.TASKS_BY_NAME["zero-shot-image-classification"].outputs
+            self._module = (_hf_inputs.task_module(self.model, outputs, list(inputs))
+                            if outputs else self.model)
+        return self._module
+
+    def weights(self, source):
+        """The checkpoint's weight source for `module()` (its names under `model.`)."""
+        return source if self._module is self.model else prefixed_source(source, self.model)
+
     def dynamic_shapes(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        if self.kind not in ("decoder", "seq2seq"):
+            return _hf_inputs.make_inputs(self.kind, self.model, 2, 8, self.folder)[1]
         ds: dict[str, Any] = {}
         for k, v in inputs.items():
             if k == "past_key_values":
                 n = len(v.layers)
                 axes = {0: "batch_size", 2: "past_sequence_length"}
                 ds[k] = [[axes] * n, [axes] * n]
-            elif k == "attention_mask" and self.task == "text-generation-with-past":
+            elif k == "attention_mask" and self.task.with_past:
                 ds[k] = {0: "batch_size", 1: "total_sequence_length"}
             elif k == "decoder_input_ids":
                 ds[k] = {0: "batch_size", 1: "decoder_sequence_length"}
@@ -233,232 +252,53 @@ class _TaskInputs:
         return ds
 
 
-# ---- encoder-decoders with a cache (seq2seq-with-past) -------------------------
-
-class _Seq2SeqEncoder(torch.nn.Module):
-    """The encoder file: the encoder's last_hidden_state and the decoder's
-    cross-attention cache (present.<i>.encoder.key/value), computed once per
-    input by the model's own decoder layers. torch.export cannot capture
-    "compute the cross cache on the first step, reuse it after" in one
-    decoder graph without a torch.cond around the whole decoder (whose
-    branches torch's serializer refuses: tensor constants of the attention
-    masks inside them), so the cross cache comes from the encoder file and
-    the decoder always reads it."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def _run(self, inputs: dict[str, Any], mask):
-        from transformers import DynamicCache, EncoderDecoderCache
-
-        enc = self.model.get_encoder()(**inputs).last_hidden_state
-        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        # One decoder step on any token fills the cross cache; the rest of
-        # the step feeds no output and is removed from the file.
-        start = torch.zeros(enc.shape[0], 1, dtype=torch.long, device=enc.device)
-        self.model(decoder_input_ids=start, attention_mask=mask, encoder_outputs=(enc,),
-                   past_key_values=cache, use_cache=True)
-        return {"last_hidden_state": enc,
-                "past_key_values": EncoderDecoderCache(DynamicCache(),
-                                                       cache.cross_attention_cache)}
+def task_of(path: str | os.PathLike, task: str | Task | None) -> Task:
+    """The task of a name or one of optimum's synonyms; None: inferred from the checkpoint's
+    config.json (its architectures), as the command does without --task."""
+    if isinstance(task, Task):
+        return task
+    if task is None:
+        return _hf_tasks.infer(_checkpoint_config.read_config(os.fspath(path)))
+    return _hf_tasks.resolve(task)
 
 
-class _TextEncoder(_Seq2SeqEncoder):
-    def forward(self, input_ids, attention_mask):
-        return self._run({"input_ids": input_ids, "attention_mask": attention_mask},
-                         attention_mask)
+def tasks_of_checkpoint(path: str | os.PathLike) -> list[str]:
+    """The tasks a checkpoint can be exported as: those with a transformers class for its
+    config's type; the one inferred without a task first (`pt2onnx-pretrained --list-tasks`)."""
+    raw = _checkpoint_config.read_config(os.fspath(path))
+    try:
+        inferred = [_hf_tasks.infer(raw).name]
+    except ValueError:
+        inferred = []
+    found = []
+    for task in _hf_tasks.TASK_TABLE:
+        config = _config(path, task)
+        try:
+            _model_class(task, config)
+        except ValueError:
+            continue
+        found.append(task.name)
+    return inferred + [t for t in found if t not in inferred]
 
 
-class _SpeechEncoder(_Seq2SeqEncoder):
-    def forward(self, input_features):
-        return self._run({"input_features": input_features}, None)
-
-
-class _Seq2SeqDecoder(torch.nn.Module):
-    """The decoder file, one step: decoder_input_ids, encoder_attention_mask
-    (text models) and the EncoderDecoderCache (past_key_values.<i>.decoder.*:
-    the self-attention cache, empty on the first step; .encoder.*: the
-    encoder file's cross cache) -> logits and present.<i>.decoder.key/value.
-    The cross cache is read, never recomputed, and not returned (it does not
-    change). The model is given a zero encoder_hidden_states of the cross
-    cache's length: its layers only test that there is one."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def _run(self, decoder_input_ids, mask, past_key_values):
-        from transformers import DynamicCache, EncoderDecoderCache
-
-        cross = past_key_values.cross_attention_cache.layers[0].keys
-        d_model = getattr(self.model.config, "d_model", None) or self.model.config.hidden_size
-        enc = cross.new_zeros(cross.shape[0], cross.shape[2], d_model)
-        out = self.model(decoder_input_ids=decoder_input_ids, attention_mask=mask,
-                         encoder_outputs=(enc,), past_key_values=past_key_values, use_cache=True)
-        return {"logits": out.logits,
-                "past_key_values": EncoderDecoderCache(out.past_key_values.self_attention_cache,
-                                                       DynamicCache())}
-
-
-class _TextDecoder(_Seq2SeqDecoder):
-    def forward(self, decoder_input_ids, encoder_attention_mask, past_key_values):
-        return self._run(decoder_input_ids, encoder_attention_mask, past_key_values)
-
-
-class _SpeechDecoder(_Seq2SeqDecoder):
-    def forward(self, decoder_input_ids, past_key_values):
-        return self._run(decoder_input_ids, None, past_key_values)
-
-
-class _Seq2SeqInputs:
-    """Example inputs of the encoder and decoder files at (batch, encoder
-    length, decoder length, past), and their dynamic shapes."""
-
-    def __init__(self, model):
-        self.model = model
-        self.speech = getattr(model, "main_input_name", "input_ids") == "input_features"
-
-    def parts(self):
-        m = self.model
-        if self.speech:
-            return _SpeechEncoder(m).eval(), _SpeechDecoder(m).eval()
-        return _TextEncoder(m).eval(), _TextDecoder(m).eval()
-
-    def make(self, batch: int, seq: int, dec: int, past: int):
-        m = self.model
-        enc_in = (_audio_inputs(m, batch) if self.speech else _text_inputs(m, batch, seq))
-        mask = enc_in.get("attention_mask")
-        # The caches, made by the model itself (a run over past + 1 decoder
-        # tokens), so any layer count, heads and head size fit; on fake
-        # weights (weights="empty") zeros of the shapes a fake run gives.
-        fake_mode = getattr(next(m.parameters()), "fake_mode", None)
-        ids = torch.randint(0, m.config.vocab_size, (batch, past + 1))
-        run_in = dict(enc_in, decoder_input_ids=ids)
-        with torch.no_grad(), fake_mode or contextlib.nullcontext():
-            if fake_mode is not None:
-                run_in = {k: fake_mode.from_tensor(v) for k, v in run_in.items()}
-            cache = m(**run_in, use_cache=True).past_key_values
-
-        def real(t):
-            return torch.zeros(t.shape, dtype=t.dtype) if fake_mode is not None else t
-
-        from transformers import DynamicCache, EncoderDecoderCache
-
-        self_c, cross_c = DynamicCache(), DynamicCache()
-        for i, layer in enumerate(cache.self_attention_cache.layers):
-            self_c.update(real(layer.keys)[:, :, :past], real(layer.values)[:, :, :past], i)
-        for i, layer in enumerate(cache.cross_attention_cache.layers):
-            cross_c.update(real(layer.keys), real(layer.values), i)
-        edc = EncoderDecoderCache(self_c, cross_c)
-        dec_in: dict[str, Any] = {
-            "decoder_input_ids": torch.randint(0, m.config.vocab_size, (batch, dec))}
-        if mask is not None:
-            dec_in["encoder_attention_mask"] = mask
-        dec_in["past_key_values"] = edc
-        return enc_in, dec_in
-
-    def dynamic_shapes(self, enc_in, dec_in):
-        enc_ds = {k: ({0: "batch_size"} if k == "input_features"
-                      else {0: "batch_size", 1: "encoder_sequence_length"}) for k in enc_in}
-        cache = dec_in["past_key_values"]
-        n_self = len(cache.self_attention_cache.layers)
-        n_cross = len(cache.cross_attention_cache.layers)
-        s = {0: "batch_size", 2: "past_decoder_sequence_length"}
-        c = {0: "batch_size", 2: "encoder_sequence_length"}
-        dec_ds = {"decoder_input_ids": {0: "batch_size", 1: "decoder_sequence_length"}}
-        if "encoder_attention_mask" in dec_in:
-            dec_ds["encoder_attention_mask"] = {0: "batch_size", 1: "encoder_sequence_length"}
-        dec_ds["past_key_values"] = [[[s] * n_self, [s] * n_self],
-                                     [[c] * n_cross, [c] * n_cross]]
-        return enc_ds, dec_ds
-
-
-def _prefixed_source(source, model):
-    """`source` for a wrapper holding `model` as its `model` attribute: its
-    parameter names gain the prefix `model.`; a file uses part of the
-    checkpoint (the encoder file no decoder self-attention), so unused
-    tensors are allowed."""
-    if source is None:
-        return None
-    import copy
-
-    src = copy.copy(source)
-    src.aliases = {k: list(v) for k, v in source.aliases.items()}
-    src.allow_unused = True
-    groups: dict[int, list[str]] = {}  # tied weights: one tensor under several names
-    for name, t in [*model.named_parameters(remove_duplicate=False),
-                    *model.named_buffers(remove_duplicate=False)]:
-        groups.setdefault(id(t), []).append(name)
-    for group in groups.values():
-        others = [o for n in group for o in (n, *source.aliases.get(n, []))]
-        for name in group:
-            src.aliases[f"model.{name}"] = list(dict.fromkeys(others))
-    return src
-
-
-def _export_seq2seq_with_past(model, source, f, export_kw, states):
-    enc_path, dec_path = seq2seq_paths(f)
-    inputs = _Seq2SeqInputs(model)
-    torch.manual_seed(0)
-    enc_in, dec_in = inputs.make(2, 8, 3, 4)
-    enc_ds, dec_ds = inputs.dynamic_shapes(enc_in, dec_in)
-    encoder, decoder = inputs.parts()
-    results = []
-    for part, path, kw, ds in ((encoder, enc_path, enc_in, enc_ds),
-                               (decoder, dec_path, dec_in, dec_ds)):
-        states.append({})
-        results.append(export(part, (), path, kwargs=kw, dynamic_shapes=ds,
-                              weights=_prefixed_source(source, model), **export_kw,
-                              _state=states[-1]))
-    result = results[1]
-    result.checks["encoder"] = results[0]
-    return result
-
-
-def _verify_seq2seq_with_past(model, f, atol, rtol) -> dict[str, Any]:
-    enc_path, dec_path = seq2seq_paths(f)
-    inputs = _Seq2SeqInputs(model)
-    encoder, decoder = inputs.parts()
-    import onnxruntime as ort
-
-    torch.manual_seed(1)
-    sizes = [(1, 5, 1, 0), (3, 11, 1, 6), (2, 6, 3, 2)]
-    sessions = [ort.InferenceSession(p, providers=["CPUExecutionProvider"])
-                for p in (enc_path, dec_path)]
-    worst = 0.0
-    for size in sizes:
-        for sess, path, part, kw in zip(sessions, (enc_path, dec_path), (encoder, decoder),
-                                        inputs.make(*size)):
-            try:
-                run = _verify_mod._compare(sess, part, (), kw, atol, rtol)
-            except _verify_mod._TorchRefused as e:
-                raise _verify_mod.VerificationError(
-                    f"verify: PyTorch fails at {size}: {e}") from e
-            if "failures" in run:
-                raise _verify_mod.VerificationError(
-                    f"verify: {path} differs from PyTorch at (batch, encoder length, "
-                    f"decoder length, past) {size}: " + "; ".join(run["failures"]))
-            worst = max([worst, *run["max_abs_diff"].values()])
-    return {"max_abs_error": worst, "verified_sizes": sizes}
-
-
-def _model_class(task: str, config):
+def _model_class(task: Task, config):
+    """The first of the task's auto classes whose mapping holds the config's type (or
+    optimum's custom class of the pair)."""
     import transformers as tr
 
-    if task in ("seq2seq", "seq2seq-with-past"):
-        # Text (T5, BART) or speech (Whisper) encoder-decoders.
-        speech = tr.AutoModelForSpeechSeq2Seq
-        return speech if type(config) in speech._model_mapping else tr.AutoModelForSeq2SeqLM
-    return {"text-generation-with-past": tr.AutoModelForCausalLM,
-            "text-generation": tr.AutoModelForCausalLM,
-            "feature-extraction": tr.AutoModel,
-            "image-classification": tr.AutoModelForImageClassification}[task]
+    custom = _hf_tasks.CUSTOM_CLASSES.get((task.name, getattr(config, "model_type", "")))
+    if custom is not None:
+        return getattr(tr, custom)
+    for name in task.auto:
+        auto = getattr(tr, name, None)
+        if auto is not None and type(config) in auto._model_mapping:
+            return auto
+    raise ValueError(f"transformers has no {' / '.join(task.auto)} class for model type "
+                     f"{getattr(config, 'model_type', '?')!r}: it cannot be exported as "
+                     f"{task.name} (pt2onnx-pretrained --list-tasks DIR says what it can)")
 
 
-def _config(path: str | os.PathLike, task: str):
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
+def _config(path: str | os.PathLike, task: Task):
     path = os.fspath(path)
     # config.json read as a regular file of sane size, and checked against the weights before
     # transformers builds anything from it (python/pt2onnx/_checkpoint_config.py).
@@ -472,7 +312,7 @@ def _config(path: str | os.PathLike, task: str):
         config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     if hasattr(config, "use_cache"):
         # Set before the model is built: encoder-decoders copy it into their stacks.
-        config.use_cache = task in ("text-generation-with-past", "seq2seq-with-past")
+        config.use_cache = task.with_past
     return config
 
 
@@ -499,6 +339,7 @@ def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
         FileNotFoundError: `path` holds no config.json.
         MemoryError: Building the model ran out of memory (the message names the sizes).
     """
+    task = task_of(path, task)
     config = _config(path, task)
     with _checkpoint_config.allocation_errors(path, config):
         model = _model_class(task, config).from_pretrained(path, config=config,
@@ -534,10 +375,13 @@ def empty_pretrained(path: str | os.PathLike, task: str):
     """
     from ._export import init_empty_weights
 
+    task = task_of(path, task)
     config = _config(path, task)
     with init_empty_weights(), _checkpoint_config.allocation_errors(path, config):
-        model = _model_class(task, config).from_config(config, dtype=torch.float32,
-                                                       trust_remote_code=False)
+        cls = _model_class(task, config)
+        model = (cls.from_config(config, dtype=torch.float32, trust_remote_code=False)
+                 if hasattr(cls, "from_config")  # an auto class; else a model class of optimum's
+                 else cls._from_config(config, dtype=torch.float32))
     model.eval()
     return model, checkpoint_weights(model, path)
 
@@ -607,7 +451,7 @@ def checkpoint_weights(model, path: str | os.PathLike):
     return source
 
 
-def _verify(model, path: str, inputs: _TaskInputs, sizes, atol: float, rtol: float) -> float:
+def _verify(path: str, inputs: _TaskInputs, sizes, atol: float, rtol: float) -> float:
     """Max abs difference of every output, onnxruntime against PyTorch, over
     fresh inputs at `sizes` ((batch, seq, past) triples): export(verify=True)'s
     comparison; VerificationError on a mismatch."""
@@ -617,7 +461,8 @@ def _verify(model, path: str, inputs: _TaskInputs, sizes, atol: float, rtol: flo
     worst = 0.0
     for batch, seq, past in sizes:
         try:
-            run = _verify_mod._compare(sess, model, (), inputs.make(batch, seq, past), atol, rtol)
+            kw = inputs.make(batch, seq, past)
+            run = _verify_mod._compare(sess, inputs.module(kw), (), kw, atol, rtol)
         except _verify_mod._TorchRefused as e:
             raise _verify_mod.VerificationError(f"verify: PyTorch fails at {(batch, seq, past)}: "
                                                 f"{e}") from e
@@ -640,7 +485,7 @@ def export_pretrained(
     rtol: float | None = None,
     target: str = "standard",
     dtype: torch.dtype | str | None = None,
-    weights: str = "empty",
+    weights: str = "auto",
     verbose: bool | None = None,
     external_data: bool | str | None = True,
     quantize: str | dict | None = None,
@@ -689,7 +534,11 @@ def export_pretrained(
             targets); "standard" (default) ONNX operators.
         dtype: `export()`'s: torch.float16 writes weights, logits and the KV cache in
             float16 (the model is loaded and compared in float32).
-        weights: "empty" (default) builds the model from its config without weight data
+        weights: "auto" (default): "empty", and "memory" when the checkpoint's tensors need
+            transformers' conversion while loading (per-expert tensors that the model holds
+            merged, as transformers 5 builds mixture-of-experts layers): then
+            `checks["weights"]` says so. "empty" builds the model from its config without
+            weight data
             and has the C++ core copy the checkpoint's safetensors bytes into the external
             data file-to-file, so the export needs memory for the graph only, whatever the
             model's size; float weights stored in another type than float32 (a bfloat16
@@ -745,54 +594,81 @@ def export_pretrained(
                          "(quantized weights change the outputs by more than rounding); "
                          "or pass verify=False")
     atol, rtol = verify_tolerance(name, atol, rtol)
-    if weights not in ("empty", "memory"):
-        raise ValueError(f"weights must be 'empty' or 'memory', not {weights!r}")
+    if weights not in ("auto", "empty", "memory"):
+        raise ValueError(f"weights must be 'auto', 'empty' or 'memory', not {weights!r}")
     f = os.fspath(f) if f is not None else os.path.join(os.fspath(path), "model.onnx")
     options = dict(opset=opset, target=target, dtype=name, external_data=external_data,
                    quantize=quantize)
-    use_cache = cache and weights == "empty"
+    use_cache = cache and weights in ("auto", "empty")
     cache_dir = _program_cache.default_dir() if cache_dir is None else os.fspath(cache_dir)
+    task = task_of(path, task)
     if use_cache:
-        result = _pretrained_command.from_cache(cache_dir, path, task, f, options, verify,
+        result = _pretrained_command.from_cache(cache_dir, path, task.name, f, options, verify,
                                                 atol, rtol)
         if result is not None:
             return result
     with _cli.output_folder(os.path.dirname(os.path.abspath(f))):
-        if weights == "empty":
-            model, source = empty_pretrained(path, task)
-        else:
-            model, source = load_pretrained(path, task), None
         states: list[dict[str, Any]] = []
-        result = _export_pretrained_to(model, source, task, f,
-                                       dict(options, verbose=verbose), states)
+        export_kw = dict(options, verbose=verbose)
+        if weights == "memory":
+            model, source = load_pretrained(path, task), None
+            result = _export_pretrained_to(model, None, task, f, export_kw, states, path)
+        else:
+            model, source = empty_pretrained(path, task)
+            try:
+                result = _export_pretrained_to(model, source, task, f, export_kw, states, path)
+            except _WeightsNeedConversion:
+                if weights == "empty":
+                    raise
+                # weights="auto": the checkpoint's tensors need transformers' conversion
+                # (per-expert tensors merged, say), which the C++ core's file-to-file copy does
+                # not do: loaded with from_pretrained instead, and said in the result.
+                model, source, states = load_pretrained(path, task), None, []
+                result = _export_pretrained_to(model, None, task, f, export_kw, states, path)
+                result.checks["weights"] = ("memory: the checkpoint's tensors need "
+                                            "transformers' conversion while loading")
+                use_cache = False
         if verify:  # PyTorch needs the weights to run: with weights="empty" loaded only now
             verify_into(result, model if source is None else None, path, task, f, atol, rtol)
         if use_cache:
-            entry = _store_programs(cache_dir, path, task, options, states)
+            entry = _store_programs(cache_dir, path, task.name, options, states)
             result.checks["program_cache"] = {"result": "miss", "entry": entry}
         return result
 
 
-def _export_pretrained_to(model, source, task, f, export_kw, states):
+class _WeightsNeedConversion(ConversionError):
+    """The checkpoint's tensors do not fit the model built from its config."""
+
+
+def _pair(task: Task, model) -> bool:
+    """An encoder file and a decoder-step file (python/pt2onnx/_hf_seq2seq.py)."""
+    return task.with_past and _hf_inputs.modality(task, model) == "seq2seq"
+
+
+def _export_pretrained_to(model, source, task: Task, f, export_kw, states, folder=None):
     """The export itself (no verification); `states` gets export()'s `_state` of each file
     written, which the program cache stores."""
-    inputs = _TaskInputs(model, task)
+    inputs = _TaskInputs(model, task, folder)
     torch.manual_seed(0)
     try:
-        if task == "seq2seq-with-past":
-            return _export_seq2seq_with_past(model, source, f, export_kw, states)
-        example = inputs.make(2, 8, 4 if task == "text-generation-with-past" else 0)
+        if _pair(task, model):
+            return _hf_seq2seq.export_with_past(model, source, f, export_kw, states)
+        example = inputs.make(2, 8, 4 if task.with_past else 0)
         states.append({})
-        return export(model, (), f, kwargs=example,
-                      dynamic_shapes=inputs.dynamic_shapes(example), weights=source,
-                      **export_kw, _state=states[-1])
+        return export(inputs.module(example), (), f, kwargs=example,
+                      dynamic_shapes=inputs.dynamic_shapes(example),
+                      weights=inputs.weights(source), **export_kw, _state=states[-1])
     except ConversionError as e:
         if source is None or "the weights do not fit the model" not in str(e):
             raise
-        raise ConversionError(
-            f"{e}\n(transformers converts some checkpoints' tensors while loading them, e.g. "
-            "merging experts; weights='memory' / --weights memory loads the model with "
-            "from_pretrained first)") from None
+        hint = (f"{e}\n(transformers converts some checkpoints' tensors while loading them, "
+                "e.g. merging experts; weights='memory' / --weights memory loads the model "
+                "with from_pretrained first)")
+        # Only names missing (src/core/weight_source.cpp's lists): tensors transformers
+        # renames, merges or computes. A tensor of another shape or type is an error as is.
+        if "have no data" in str(e) and "differ from the model's" not in str(e):
+            raise _WeightsNeedConversion(hint) from None
+        raise ConversionError(hint) from None
 
 
 def verify_into(result: ExportResult, model, path, task, f, atol, rtol) -> None:
@@ -800,16 +676,17 @@ def verify_into(result: ExportResult, model, path, task, f, atol, rtol) -> None:
     inputs of other sizes, into `result`: checks "max_abs_error" and "verified_sizes",
     timings "verify". `model` None: the checkpoint is loaded (with its weights) here."""
     t0 = time.perf_counter()
+    task = task_of(path, task)
     if model is None:
         model = load_pretrained(path, task)
-    if task == "seq2seq-with-past":
-        result.checks.update(_verify_seq2seq_with_past(model, f, atol, rtol))
+    if _pair(task, model):
+        result.checks.update(_hf_seq2seq.verify_with_past(model, f, atol, rtol))
     else:
-        inputs = _TaskInputs(model, task)
+        inputs = _TaskInputs(model, task, os.fspath(path))
         torch.manual_seed(1)
-        sizes = ([(1, 1, 7), (3, 5, 0), (2, 3, 2)] if task == "text-generation-with-past"
+        sizes = ([(1, 1, 7), (3, 5, 0), (2, 3, 2)] if task.with_past
                  else [(1, 5, 0), (3, 11, 0)])
-        result.checks["max_abs_error"] = _verify(model, f, inputs, sizes, atol, rtol)
+        result.checks["max_abs_error"] = _verify(f, inputs, sizes, atol, rtol)
         result.checks["verified_sizes"] = sizes
     result.timings["verify"] = time.perf_counter() - t0
 
@@ -819,7 +696,7 @@ def _store_programs(cache_dir, path, task, options, states) -> str | None:
     the entry's folder, or None when they cannot be kept (a custom converter, say)."""
     from ._serialize import tree_json
 
-    roles = ["encoder", "decoder"] if task == "seq2seq-with-past" else [""]
+    roles = ["encoder", "decoder"] if len(states) == 2 else [""]
     if len(states) != len(roles):
         return None
     parts = []

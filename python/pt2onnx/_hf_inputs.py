@@ -1,0 +1,183 @@
+"""Example inputs and dynamic axes of each input modality of a task (python/pt2onnx/_hf_tasks.py),
+and the module whose outputs are the task's.
+
+Inputs are made at (batch, seq, past) and named, with their dynamic axes, as optimum's
+exporter names them (batch_size, sequence_length, num_choices, text_batch_size /
+image_batch_size, past_sequence_length, total_sequence_length), so files are interchangeable.
+Sizes a model fixes (an image size, a spectrogram length) come from its config, else from the
+checkpoint's preprocessor_config.json, else the default transformers' processors use.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from typing import Any
+
+import torch
+
+from ._hf_tasks import Task
+
+# What transformers' image processors resize to when neither config.json nor
+# preprocessor_config.json says (ViTImageProcessor's and most others' default).
+DEFAULT_IMAGE_SIZE = 224
+
+
+def accepts(model: torch.nn.Module, name: str) -> bool:
+    return name in inspect.signature(model.forward).parameters
+
+
+def _config_value(config, *names):
+    """The first of `names` set on the config or its vision / text sub-config."""
+    for cfg in (config, getattr(config, "vision_config", None)):
+        for n in names:
+            v = getattr(cfg, n, None) if cfg is not None else None
+            if v is not None:
+                return v
+    return None
+
+
+def _preprocessor_size(folder: str | None) -> int | None:
+    """The image size a checkpoint's preprocessor_config.json crops or resizes to."""
+    path = os.path.join(folder, "preprocessor_config.json") if folder else None
+    if not path or not os.path.isfile(path):
+        return None
+    from ._checkpoint_files import read_regular_file
+
+    try:
+        d = json.loads(read_regular_file(path, 1 << 20))
+    except (OSError, ValueError):
+        return None
+    for key in ("crop_size", "size"):
+        v = d.get(key) if isinstance(d, dict) else None
+        if isinstance(v, dict):
+            v = v.get("height") or v.get("shortest_edge")
+        if isinstance(v, int) and 0 < v <= 4096:
+            return v
+    return None
+
+
+def text_inputs(model, batch: int, seq: int, past: int = 0) -> dict[str, Any]:
+    vocab = model.config.vocab_size
+    d: dict[str, Any] = {"input_ids": torch.randint(0, vocab, (batch, seq))}
+    mask = torch.ones(batch, past + seq, dtype=torch.long)
+    if batch > 1 and past + seq > 1:
+        mask[0, 0] = 0  # a left-padded row: the mask is live data
+    if accepts(model, "attention_mask"):
+        d["attention_mask"] = mask
+    if accepts(model, "token_type_ids") and (getattr(model.config, "type_vocab_size", 0) or 0) > 1:
+        d["token_type_ids"] = torch.zeros(batch, seq, dtype=torch.long)
+    return d
+
+
+def image_inputs(model, batch: int, folder: str | None = None) -> dict[str, Any]:
+    cfg = model.config
+    size = _config_value(cfg, "image_size") or _preprocessor_size(folder) or DEFAULT_IMAGE_SIZE
+    h, w = (size, size) if isinstance(size, int) else tuple(size)[:2]
+    channels = _config_value(cfg, "num_channels") or 3
+    return {"pixel_values": torch.randn(batch, channels, h, w)}
+
+
+def audio_inputs(model, batch: int, seq: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The audio input a model's config implies, and its dynamic axes: Whisper-like encoders'
+    log-mel frames (exactly 2 * max_source_positions), Speech2Text's filter-bank frames, AST's
+    spectrogram patches (max_length x num_mel_bins), a raw waveform (wav2vec2, HuBERT, ...:
+    long enough for the feature encoder's receptive field)."""
+    cfg = model.config
+    name = getattr(model, "main_input_name", "input_values")
+    mels, frames = getattr(cfg, "num_mel_bins", None), getattr(cfg, "max_source_positions", None)
+    batch_axis, seq_axes = {0: "batch_size"}, {0: "batch_size", 1: "sequence_length"}
+    if name == "input_features" and mels and frames:
+        return {name: torch.randn(batch, mels, 2 * frames)}, {name: batch_axis}
+    if name == "input_features" and getattr(cfg, "input_feat_per_channel", None):
+        per = cfg.input_feat_per_channel * getattr(cfg, "input_channels", 1)
+        return {name: torch.randn(batch, 16 + 4 * seq, per)}, {name: seq_axes}
+    if name == "input_values" and mels and getattr(cfg, "max_length", None):
+        return {name: torch.randn(batch, cfg.max_length, mels)}, {name: batch_axis}
+    if name == "input_values":
+        # 0.6 to 1 s at 16 kHz (optimum's example is 1 s): x-vector TDNNs need hundreds of frames.
+        return {name: torch.randn(batch, 16 * (400 + 50 * seq))}, {name: seq_axes}
+    raise ValueError(f"pt2onnx does not know the audio input {name!r} of "
+                     f"{type(model).__name__} (config {type(cfg).__name__})")
+
+
+def series_inputs(model, batch: int) -> dict[str, Any]:
+    cfg = model.config
+    return {"past_values": torch.randn(batch, cfg.context_length, cfg.num_input_channels)}
+
+
+def modality(task: Task, model) -> str:
+    """The task's input modality for this model: a text-and-vision model (CLIP) exported as
+    feature-extraction takes both, as optimum exports it; a vision or audio model exported as
+    feature-extraction its own input; a speech encoder-decoder loaded for
+    automatic-speech-recognition is a seq2seq model."""
+    cfg = model.config
+    if task.name == "feature-extraction":
+        if getattr(cfg, "text_config", None) is not None and accepts(model, "pixel_values") \
+                and accepts(model, "input_ids"):
+            return "text+vision"
+        main = getattr(model, "main_input_name", "input_ids")
+        if main == "pixel_values":
+            return "vision"
+        if main in ("input_values", "input_features"):
+            return "audio"
+    if task.inputs == "audio" and getattr(cfg, "is_encoder_decoder", False):
+        return "seq2seq"
+    return task.inputs
+
+
+def make_inputs(kind: str, model, batch: int, seq: int, folder: str | None = None):
+    """Example inputs of one modality at (batch, seq), and their dynamic axes as optimum
+    names them (the cache kinds are hf.py's)."""
+    text_axes = {0: "batch_size", 1: "sequence_length"}
+    if kind == "text":
+        d = text_inputs(model, batch, seq)
+        return d, {k: text_axes for k in d}
+    if kind == "choices":  # batch x choices x seq; `seq` picks 2..4 choices
+        n = 2 + seq % 3
+        d = text_inputs(model, batch * n, seq)
+        return ({k: v.reshape(batch, n, seq) for k, v in d.items()},
+                {k: {0: "batch_size", 1: "num_choices", 2: "sequence_length"} for k in d})
+    if kind == "vision":
+        return image_inputs(model, batch, folder), {"pixel_values": {0: "batch_size"}}
+    if kind == "audio":
+        return audio_inputs(model, batch, seq)
+    if kind == "text+vision":  # as many texts as images + 1: the two batches are two dims
+        d = text_inputs(_TextView(model), batch + 1, seq)
+        axes = {k: {0: "text_batch_size", 1: "sequence_length"} for k in d}
+        d["pixel_values"] = image_inputs(model, batch, folder)["pixel_values"]
+        axes["pixel_values"] = {0: "image_batch_size"}
+        return d, axes
+    if kind == "series":
+        return series_inputs(model, batch), {"past_values": {0: "batch_size"}}
+    raise ValueError(f"unknown input modality {kind!r}")
+
+
+class _TextView:
+    """A text-and-vision model seen as its text tower: the vocabulary is text_config's."""
+
+    def __init__(self, model):
+        self.config = getattr(model.config, "text_config", model.config)
+        self.forward = model.forward
+
+
+def task_module(model, outputs: tuple[str, ...], input_names) -> torch.nn.Module:
+    """`model` whose forward takes exactly `input_names` (positional-or-keyword, so
+    torch.export names the graph inputs after them) and returns the task's outputs as a dict
+    (the file's output names). Its parameters are the model's under the prefix `model.`."""
+
+    def forward(self, **kwargs):
+        out = self.model(**kwargs)
+        return {name: out[name] for name in self.task_outputs}
+
+    p = inspect.Parameter
+    forward.__signature__ = inspect.Signature(
+        [p("self", p.POSITIONAL_OR_KEYWORD)] + [p(n, p.POSITIONAL_OR_KEYWORD) for n in input_names])
+    cls = type(f"{type(model).__name__}TaskOutputs", (torch.nn.Module,), {"forward": forward})
+    wrapper = cls()
+    wrapper.model = model
+    wrapper.task_outputs = tuple(outputs)
+    wrapper.config = model.config
+    return wrapper.eval()
+

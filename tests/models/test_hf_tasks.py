@@ -1,0 +1,141 @@
+"""optimum's tasks through `pt2onnx-pretrained`: one model type per task (the quick subset of
+the sweep over transformers' auto mappings, bench/hf_tasks.py), each a tiny random-weight
+checkpoint saved with save_pretrained (tests/models/hf_tiny.py) and exported by the command,
+which checks the file in onnxruntime against transformers at two sizes other than the
+export's (batch 1 x 5 and 3 x 11). The file's inputs and outputs must carry optimum's names,
+in optimum's order."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+
+import onnx
+import pytest
+
+import hf_tiny
+from pt2onnx import _hf_tasks, hf
+
+# task: (model type, the file's inputs, its outputs); outputs None: the task table's.
+QUICK = {
+    "text-classification": ("bert", ["input_ids", "attention_mask", "token_type_ids"], None),
+    "token-classification": ("roberta", None, None),
+    "question-answering": ("distilbert", ["input_ids", "attention_mask"], None),
+    "fill-mask": ("albert", ["input_ids", "attention_mask", "token_type_ids"], None),
+    "multiple-choice": ("bert", ["input_ids", "attention_mask", "token_type_ids"], None),
+    "automatic-speech-recognition": ("wav2vec2", ["input_values"], None),
+    "audio-classification": ("hubert", ["input_values"], None),
+    "audio-frame-classification": ("wav2vec2", ["input_values"], None),
+    "audio-xvector": ("wavlm", ["input_values"], None),
+    "semantic-segmentation": ("segformer", ["pixel_values"], None),
+    "object-detection": ("yolos", ["pixel_values"], None),
+    "depth-estimation": ("glpn", ["pixel_values"], None),
+    "masked-im": ("vit", ["pixel_values"], None),
+    "image-to-image": ("swin2sr", ["pixel_values"], None),
+    "zero-shot-image-classification": ("clip", ["input_ids", "attention_mask", "pixel_values"],
+                                       None),
+    # CLIP as feature-extraction: both towers, as optimum exports it.
+    "feature-extraction": ("clip", ["input_ids", "attention_mask", "pixel_values"],
+                           ["logits_per_image", "logits_per_text", "text_embeds",
+                            "image_embeds"]),
+    # A mixture-of-experts decoder with its cache: transformers 5 saves its experts one by one
+    # where the model holds them merged; weights "auto" loads it with from_pretrained.
+    "text-generation-with-past": ("mixtral", None, None),
+}
+
+
+def _command(*args) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = hf.main(list(args))
+    return rc, out.getvalue()
+
+
+@pytest.fixture(autouse=True)
+def _no_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("PT2ONNX_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("task", sorted(QUICK))
+def test_task_through_the_command(task, tmp_path):
+    model_type, inputs, outputs = QUICK[task]
+    ckpt = str(tmp_path / "ckpt")
+    hf_tiny.tiny_checkpoint(model_type, task.replace("-with-past", ""), ckpt)
+    f = str(tmp_path / "out" / "model.onnx")
+    rc, out = _command(ckpt, "--task", task, "-o", f, "--no-cache", "-q")
+    assert rc == 0, out
+    assert "verified in onnxruntime" in out
+    m = onnx.load(f, load_external_data=False)
+    if inputs is not None:
+        assert [i.name for i in m.graph.input] == inputs
+    names = [o.name for o in m.graph.output]
+    want = outputs or list(_hf_tasks.TASKS_BY_NAME[task].outputs)
+    if want:
+        assert names == want
+    else:  # a decoder step: logits, then the cache
+        assert names[0] == "logits" and names[1] == "present.0.key"
+    assert m.graph.input[0].type.tensor_type.shape.dim[0].dim_param.endswith("batch_size")
+
+
+def test_time_series_forecasting(tmp_path):
+    """optimum's own class for PatchTST (no auto class maps it)."""
+    import torch
+    from transformers import PatchTSTConfig, PatchTSTForPrediction
+
+    torch.manual_seed(0)
+    config = PatchTSTConfig(num_input_channels=3, context_length=32, patch_length=8,
+                            patch_stride=8, prediction_length=8, d_model=32,
+                            num_attention_heads=4, num_hidden_layers=2, ffn_dim=64)
+    ckpt = str(tmp_path / "ckpt")
+    PatchTSTForPrediction(config).eval().save_pretrained(ckpt)
+    f = str(tmp_path / "model.onnx")
+    rc, out = _command(ckpt, "-o", f, "--no-cache", "-q")  # inferred: ...ForPrediction
+    assert rc == 0 and "verified in onnxruntime" in out, out
+    m = onnx.load(f)
+    assert [i.name for i in m.graph.input] == ["past_values"]
+    assert [o.name for o in m.graph.output] == ["prediction_outputs"]
+
+
+def test_task_inferred_listed_and_synonyms(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    hf_tiny.tiny_checkpoint("bert", "text-classification", ckpt)
+    # No --task: config.json's architectures (BertForSequenceClassification) decide.
+    assert _hf_tasks.infer({"architectures": ["BertForSequenceClassification"]}).name == \
+        "text-classification"
+    rc, out = _command(ckpt, "--list-tasks")
+    assert rc == 0
+    listed = out.split()
+    assert listed[0] == "text-classification"
+    assert {"feature-extraction", "fill-mask", "multiple-choice", "question-answering",
+            "token-classification"} <= set(listed)
+    assert "image-classification" not in listed
+    f = str(tmp_path / "model.onnx")
+    rc, out = _command(ckpt, "-o", f, "--no-cache", "-q")
+    assert rc == 0 and "verified in onnxruntime" in out
+    assert [o.name for o in onnx.load(f).graph.output] == ["logits"]
+    # optimum's synonyms and pt2onnx's earlier names.
+    assert _hf_tasks.resolve("sequence-classification").name == "text-classification"
+    assert _hf_tasks.resolve("seq2seq-with-past").name == "text2text-generation-with-past"
+    assert _hf_tasks.resolve("causal-lm-with-past").name == "text-generation-with-past"
+    with pytest.raises(ValueError, match="unknown task 'sentiment'"):
+        _hf_tasks.resolve("sentiment")
+
+
+def test_task_errors_name_the_cause(tmp_path, capsys):
+    ckpt = str(tmp_path / "ckpt")
+    hf_tiny.tiny_checkpoint("vit", "image-classification", ckpt)
+    f = str(tmp_path / "out" / "model.onnx")
+    # A vision checkpoint has no question-answering class: one line naming the model type.
+    assert hf.main([ckpt, "--task", "question-answering", "-o", f, "--no-cache"]) == 1
+    err = capsys.readouterr().err
+    assert "AutoModelForQuestionAnswering" in err and "'vit'" in err
+    assert not os.path.exists(f)
+    # No architectures to infer from.
+    cfg = os.path.join(ckpt, "config.json")
+    with open(cfg) as fh:
+        text = fh.read().replace('"ViTForImageClassification"', '"SomethingElse"')
+    with open(cfg, "w") as fh:
+        fh.write(text)
+    assert hf.main([ckpt, "-o", f, "--no-cache"]) == 1
+    assert "pass --task" in capsys.readouterr().err
