@@ -28,7 +28,7 @@ STAMP := $(VENV)/.deps-stamp
 PY_STAMP := $(VENV)/.pt2onnx-stamp
 PY_INPUTS := CMakeLists.txt pyproject.toml $(shell find src include examples -type f 2>/dev/null)
 
-.PHONY: all apt-deps apt-deps-later deps deps-clang build python cpp demo test test-quick test-exhaustive test-torch test-cpp test-python \
+.PHONY: all apt-deps apt-deps-later deps deps-clang build python cpp demo test test-quick test-exhaustive sweep-hf test-torch test-cpp test-python \
         sanitize-configure test-sanitize fuzz fuzz-cache bench bench-quick bench-deps bench-load bench-latency bench-pt2 bench-nodes bench-scale bench-sizes zoo coverage format format-check docs docs-stub docs-serve docs-browser-check \
         clean
 
@@ -114,6 +114,13 @@ test-quick: test-cpp python
 # Dim.AUTO (docs/models.md); their quick entries run in `make test`.
 test-exhaustive: test-cpp python
 	$(PY) -m pytest tests/python tests/models $(PYTEST_ARGS) -m exhaustive --durations=$(PYTEST_DURATIONS)
+	$(MAKE) sweep-hf
+
+# Every model type of every optimum task's auto mapping, as a tiny checkpoint, through
+# export_pretrained (bench/hf_tasks.py; hours on 2 cores): bench/hf_tasks.json and .md.
+# SWEEP_ARGS="--tasks fill-mask" for some tasks only.
+sweep-hf: python
+	$(PY) bench/hf_tasks.py $(SWEEP_ARGS)
 
 # The quick suite (the tests not marked slow: OpInfo opset 18 float32, the quick zoo, the
 # detection models) under another torch release: TORCH=2.12.1 ... 2.14.1. Its environment

@@ -328,7 +328,7 @@ def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
 
     Args:
         path: The checkpoint directory (config.json and the weights).
-        task: One of `TASKS`, as `export_pretrained` takes it.
+        task: A task name as `export_pretrained` takes it (None: inferred).
 
     Returns:
         torch.nn.Module: The model, in eval mode, in float32.
@@ -361,7 +361,7 @@ def empty_pretrained(path: str | os.PathLike, task: str):
 
     Args:
         path: The checkpoint directory (config.json and safetensors files).
-        task: One of `TASKS`, as `export_pretrained` takes it.
+        task: A task name as `export_pretrained` takes it (None: inferred).
 
     Returns:
         tuple: `(model, weights)`: the model, in eval mode, in float32, and the weight
@@ -476,7 +476,7 @@ def _verify(path: str, inputs: _TaskInputs, sizes, atol: float, rtol: float) -> 
 
 def export_pretrained(
     path: str | os.PathLike,
-    task: str,
+    task: str | None,
     f: str | os.PathLike | None = None,
     *,
     opset: int | None = None,
@@ -502,24 +502,27 @@ def export_pretrained(
     Args:
         path: The checkpoint directory: config.json and the weights, as `save_pretrained`
             writes them.
-        task: One of `TASKS`:
+        task: One of `TASKS` (optimum's task names; its synonyms too, e.g.
+            "sequence-classification", and the earlier "seq2seq" / "seq2seq-with-past"), or
+            None: inferred from config.json's architectures. The file's inputs, outputs and
+            dynamic axes are optimum's for the task (the table in
+            [Tasks](../guides/transformers.md#tasks)). Among them:
 
             - "text-generation-with-past": a decoder step: input_ids, attention_mask,
               position_ids, past_key_values.<i>.key/value -> logits, present.<i>.key/value;
               one file serves prefill, with an empty cache, and decode;
-            - "text-generation": the same without a cache;
-            - "feature-extraction": the base model;
-            - "image-classification";
-            - "seq2seq": the encoder-decoder forward with decoder_input_ids, no cache;
-            - "seq2seq-with-past": encoder-decoder generation with a cache, in two files
-              (see `seq2seq_paths`); for f = <stem>.onnx, <stem>.encoder.onnx: input_ids,
-              attention_mask (or Whisper's input_features) -> last_hidden_state,
-              present.<i>.encoder.key/value (the decoder's cross-attention cache, computed
-              once); <stem>.decoder.onnx, one decoder step: decoder_input_ids,
-              encoder_attention_mask (text models), past_key_values.<i>.decoder.key/value
-              (the self-attention cache, past length 0 on the first step),
-              past_key_values.<i>.encoder.key/value (the encoder file's) -> logits,
-              present.<i>.decoder.key/value. These are optimum's names.
+            - "text-classification", "token-classification", "fill-mask" (logits),
+              "question-answering" (start_logits, end_logits), "multiple-choice",
+              "feature-extraction" (last_hidden_state), the audio and vision tasks;
+            - "text2text-generation-with-past" / "automatic-speech-recognition-with-past":
+              encoder-decoder generation with a cache, in two files (see `seq2seq_paths`);
+              for f = <stem>.onnx, <stem>.encoder.onnx: input_ids, attention_mask (or
+              Whisper's input_features) -> last_hidden_state, present.<i>.encoder.key/value
+              (the decoder's cross-attention cache, computed once); <stem>.decoder.onnx, one
+              decoder step: decoder_input_ids, encoder_attention_mask (text models),
+              past_key_values.<i>.decoder.key/value (the self-attention cache, past length 0
+              on the first step), past_key_values.<i>.encoder.key/value (the encoder
+              file's) -> logits, present.<i>.decoder.key/value. These are optimum's names.
         f: The ONNX file to write; None: `<path>/model.onnx`. Its folder is created if
             missing.
         opset: `export()`'s opset; None: `pt2onnx.DEFAULT_OPSET`.
