@@ -1,0 +1,205 @@
+"""The sweep of issue 57: every model type of every optimum task's transformers auto mapping,
+as a tiny random-weight checkpoint (tests/models/hf_tiny.py: built from its config, saved with
+save_pretrained), exported by `hf.export_pretrained` (what `pt2onnx-pretrained DIR --task T`
+runs) and checked in onnxruntime against transformers at sizes other than the export's.
+
+    python bench/hf_tasks.py                       # every task (hours on 2 cores)
+    python bench/hf_tasks.py --tasks fill-mask text-classification
+    python bench/hf_tasks.py --report              # bench/hf_tasks.md from bench/hf_tasks.json
+
+Each case runs in a child process of its own (a crash or a hang in one model, transformers'
+or ours, is that case's result: "crash" / "timeout"), several cases per child to pay the
+imports once. Results are kept per case in bench/hf_tasks.json (a rerun of some cases replaces
+their rows only); bench/hf_tasks.md has the pass counts per task and every failure's first
+line. Statuses: pass; build (the tiny checkpoint could not be built or saved: transformers'
+side, not an export); fail (the export or its check raised: the message says which);
+timeout; crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "hf_tasks.json")
+REPORT = os.path.join(HERE, "hf_tasks.md")
+CASE_TIMEOUT_S = 300
+CASES_PER_CHILD = 25
+
+
+def _tasks() -> list[str]:
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    from pt2onnx._hf_tasks import TASK_TABLE
+
+    return [t.name for t in TASK_TABLE]
+
+
+def _child(cases: list[tuple[str, str]], out_path: str) -> None:
+    """Runs cases in this process, appending one JSON line per case as it ends."""
+    import signal
+    import warnings
+
+    sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
+    import hf_tiny
+
+    from pt2onnx import hf
+
+    warnings.simplefilter("ignore")
+
+    def alarm(*_):
+        raise TimeoutError(f"over {CASE_TIMEOUT_S} s")
+
+    signal.signal(signal.SIGALRM, alarm)
+    for task, model_type in cases:
+        row = {"task": task, "model_type": model_type}
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            signal.alarm(CASE_TIMEOUT_S)
+            try:
+                try:
+                    info = hf_tiny.tiny_checkpoint(model_type, task.replace("-with-past", ""),
+                                                   os.path.join(tmp, "ckpt"))
+                    row["class"] = info["class"]
+                except Exception as e:  # transformers' side
+                    row.update(status="build", error=_first_line(e))
+                else:
+                    r = hf.export_pretrained(os.path.join(tmp, "ckpt"), task,
+                                             os.path.join(tmp, "out", "model.onnx"),
+                                             cache=False, verbose=False)
+                    row.update(status="pass", max_abs_error=r.checks.get("max_abs_error"),
+                               weights=r.checks.get("weights", "empty"))
+            except TimeoutError as e:
+                row.update(status="timeout", error=str(e))
+            except Exception as e:
+                row.update(status="fail", error=_first_line(e))
+            finally:
+                signal.alarm(0)
+        row["seconds"] = round(time.perf_counter() - t0, 2)
+        with open(out_path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def _first_line(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".strip()
+    return text.splitlines()[0][:400] if text else type(e).__name__
+
+
+def _model_types(task: str) -> list[str]:
+    """The model types the task's auto classes map (pt2onnx's table; text2text's speech
+    fallback left out: the speech tasks sweep those), and optimum's custom classes."""
+    code = ("import sys, json; sys.path.insert(0, 'python'); import transformers as tr;"
+            "from pt2onnx._hf_tasks import TASKS_BY_NAME, CUSTOM_CLASSES;"
+            f"t = TASKS_BY_NAME[{task!r}];"
+            "autos = [a for a in t.auto if not (t.name.startswith('text2text') and 'Speech' in a)];"
+            "types = {m for a in autos if hasattr(tr, a)"
+            "         for m in getattr(tr, a)._model_mapping._model_mapping};"
+            "types |= {m for (n, m) in CUSTOM_CLASSES if n == t.name};"
+            # With a cache, the base model of the decoders only (as optimum exports it).
+            "types &= (set(tr.AutoModelForCausalLM._model_mapping._model_mapping)"
+            "          if t.name == 'feature-extraction-with-past' else types);"
+            "print(json.dumps(sorted(types)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _run(cases: list[tuple[str, str]]) -> list[dict]:
+    """Runs cases in children, CASES_PER_CHILD each; a child that dies ends the case it was
+    running as a crash, and the rest go on in a new child."""
+    rows: list[dict] = []
+    todo = list(cases)
+    while todo:
+        batch = todo[:CASES_PER_CHILD]
+        with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as out:
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", json.dumps(batch), out.name],
+                cwd=ROOT, capture_output=True, text=True,
+                timeout=CASE_TIMEOUT_S * len(batch) + 120)
+            done = [json.loads(line) for line in open(out.name) if line.strip()]
+        rows += done
+        todo = todo[len(done):]
+        if proc.returncode != 0 and todo:
+            task, mt = todo.pop(0)
+            tail = (proc.stderr.strip().splitlines() or ["?"])[-1][:300]
+            rows.append({"task": task, "model_type": mt, "status": "crash",
+                         "error": f"exit {proc.returncode}: {tail}"})
+        for r in done:
+            print(f"{r['task']:32} {r['model_type']:28} {r['status']:8} {r['seconds']:7.1f}s "
+                  f"{r.get('error', '')[:120]}", flush=True)
+    return rows
+
+
+def _save(rows: list[dict], cases: list[tuple[str, str]]) -> list[dict]:
+    kept, ran = [], set(cases)
+    if os.path.exists(RESULTS):
+        kept = [r for r in json.load(open(RESULTS))["cases"]
+                if (r["task"], r["model_type"]) not in ran]
+    import torch
+    import transformers
+
+    allrows = sorted(kept + rows, key=lambda r: (r["task"], r["model_type"]))
+    with open(RESULTS, "w") as f:
+        json.dump({"torch": torch.__version__, "transformers": transformers.__version__,
+                   "date": time.strftime("%Y-%m-%d"), "cases": allrows}, f, indent=1)
+        f.write("\n")
+    return allrows
+
+
+def report() -> None:
+    data = json.load(open(RESULTS))
+    rows = data["cases"]
+    tasks = sorted({r["task"] for r in rows})
+    lines = ["# optimum's tasks over transformers' auto mappings (bench/hf_tasks.py)", "",
+             f"Tiny random-weight checkpoints of every model type the task's auto classes map "
+             f"(tests/models/hf_tiny.py), exported with `hf.export_pretrained` and checked in "
+             f"onnxruntime against transformers at sizes other than the export's. "
+             f"torch {data['torch']}, transformers {data['transformers']}, {data['date']}, "
+             f"2 cores. `build`: the tiny checkpoint could not be built (transformers' side).",
+             "", "| task | model types | built | pass | pass / built |", "|---|---|---|---|---|"]
+    for t in tasks:
+        rs = [r for r in rows if r["task"] == t]
+        built = [r for r in rs if r["status"] != "build"]
+        ok = [r for r in rs if r["status"] == "pass"]
+        lines.append(f"| {t} | {len(rs)} | {len(built)} | {len(ok)} | "
+                     f"{100 * len(ok) / max(len(built), 1):.0f}% |")
+    allb = [r for r in rows if r["status"] != "build"]
+    allp = [r for r in rows if r["status"] == "pass"]
+    lines += [f"| all | {len(rows)} | {len(allb)} | {len(allp)} | "
+              f"{100 * len(allp) / max(len(allb), 1):.0f}% |", "", "## Failures", ""]
+    for r in rows:
+        if r["status"] != "pass":
+            lines.append(f"- {r['task']} / `{r['model_type']}`: {r['status']}: "
+                         f"{r.get('error', '')[:300]}")
+    with open(REPORT, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _child([tuple(c) for c in json.loads(sys.argv[2])], sys.argv[3])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tasks", nargs="*", help="tasks (default: all)")
+    ap.add_argument("--model-types", nargs="*", help="only these model types")
+    ap.add_argument("--report", action="store_true", help="only write the report")
+    a = ap.parse_args()
+    if not a.report:
+        # feature-extraction last: AutoModel maps every model type (about 600).
+        tasks = a.tasks or sorted(_tasks(), key=lambda t: t == "feature-extraction")
+        cases = [(t, mt) for t in tasks for mt in _model_types(t)
+                 if not a.model_types or mt in a.model_types]
+        print(f"{len(cases)} cases", flush=True)
+        _save(_run(cases), cases)
+    report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
