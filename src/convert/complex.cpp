@@ -16,9 +16,10 @@
 //
 // For other families: an op that takes complex tensors must check
 // is_complex_arg() and compute on the components (complex_part /
-// complex_make in complex.h); elementwise ops that act on each component
-// alike (add, sub, neg, scalar mul by a real, where, cat on a non-last dim,
-// reshapes that keep the last dim) work on the carried form as long as the
+// complex_make in complex.h); add / sub / mul / div / reciprocal with a
+// complex result go through complex_arith (real and complex operands mixed);
+// elementwise ops that act on each component alike (neg, where, cat on a
+// non-last dim, reshapes that keep the last dim) work on the carried form as long as the
 // dims they use are those of the FX metadata (the extra dim is the last one:
 // negative axes must be shifted by one).
 #include "convert/complex.h"
@@ -75,6 +76,62 @@ std::string convert_dtype(Ctx& c, std::string_view name, DType t) {
   if (to_c) return complex_from_real(c, c.cast(x, complex_component(t)));
   if (from_c) return c.cast(complex_part(c, x, 0), t);
   return c.cast(x, t);
+}
+
+void complex_arith(Ctx& c, const std::string& op, const char* a, const char* b) {
+  DType t = complex_component(c.out_dtype());
+  struct Operand {
+    std::string v;  // carried [..., 2] when complex, else the real value
+    bool cplx = false;
+  };
+  auto get = [&](const char* name) {
+    if (is_complex_arg(c, name)) return Operand{c.cast(c.tensor(name), t), true};
+    if (is_complex(c.operand_class(name).first))
+      c.fail(std::string("a complex scalar operand ('") + name + "') is not supported");
+    return Operand{c.operand(name, t), false};
+  };
+  Operand x = get(a), y = get(b);
+  auto re = [&](const Operand& o) { return complex_part(c, o.v, 0); };
+  auto im = [&](const Operand& o) { return complex_part(c, o.v, 1); };
+  // A real operand against the carried form: one trailing dim, broadcast to both parts.
+  auto lift = [&](const Operand& o) { return c.unsqueeze(o.v, {-1}); };
+  auto as_complex = [&](const Operand& o) { return o.cplx ? o.v : complex_from_real(c, o.v); };
+  std::string r;
+  if (op == "Add" || op == "Sub") {
+    std::string yv = as_complex(y);
+    double alpha = c.f("alpha", 1.0);
+    if (alpha != 1.0) yv = c.b.op("Mul", {yv, c.b.scalar(t, alpha)});
+    r = c.b.op(op, {as_complex(x), yv});
+  } else if (op == "Mul") {
+    if (!x.cplx || !y.cplx) {
+      r = c.b.op("Mul", {x.cplx ? x.v : lift(x), y.cplx ? y.v : lift(y)});
+    } else {
+      std::string xr = re(x), xi = im(x), yr = re(y), yi = im(y);
+      r = complex_make(c, c.b.op("Sub", {c.b.op("Mul", {xr, yr}), c.b.op("Mul", {xi, yi})}),
+                       c.b.op("Add", {c.b.op("Mul", {xr, yi}), c.b.op("Mul", {xi, yr})}));
+    }
+  } else if (op == "Div") {
+    if (!y.cplx) {
+      r = c.b.op("Div", {x.v, lift(y)});
+    } else {
+      // x / y = x * conj(y) / |y|^2
+      std::string yr = re(y), yi = im(y);
+      std::string den = c.b.op("Add", {c.b.op("Mul", {yr, yr}), c.b.op("Mul", {yi, yi})});
+      std::string nr, ni;
+      if (x.cplx) {
+        std::string xr = re(x), xi = im(x);
+        nr = c.b.op("Add", {c.b.op("Mul", {xr, yr}), c.b.op("Mul", {xi, yi})});
+        ni = c.b.op("Sub", {c.b.op("Mul", {xi, yr}), c.b.op("Mul", {xr, yi})});
+      } else {
+        nr = c.b.op("Mul", {x.v, yr});
+        ni = c.b.op("Neg", {c.b.op("Mul", {x.v, yi})});
+      }
+      r = complex_make(c, c.b.op("Div", {nr, den}), c.b.op("Div", {ni, den}));
+    }
+  } else {
+    c.fail("complex " + op + " is not supported");
+  }
+  c.set_output(0, r);
 }
 
 namespace {

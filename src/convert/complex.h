@@ -30,6 +30,12 @@ std::string complex_from_real(Ctx& c, const std::string& re);
 // |z| of a carried complex value: [..., 2] -> [...].
 std::string complex_abs(Ctx& c, const std::string& v);
 
+// add / sub / mul / div (alpha of add / sub included) with a complex result:
+// each operand is complex (carried form) or real (a tensor or a real scalar),
+// computed on the components. `op` is "Add", "Sub", "Mul" or "Div"; operands
+// are named `a` and `b`. Fails for a complex Python scalar operand.
+void complex_arith(Ctx& c, const std::string& op, const char* a = "self", const char* b = "other");
+
 // A tensor argument converted to type `t`, complex on either side included
 // (real -> complex: zero imaginary part; complex -> real: the real part, as
 // torch does). `t` is torch's dtype (Complex64, Float, ...).

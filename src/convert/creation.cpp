@@ -240,19 +240,30 @@ void spaced(Ctx& c, std::optional<double> base) {
 void linspace(Ctx& c) { spaced(c, std::nullopt); }
 void logspace(Ctx& c) { spaced(c, c.f("base", 10.0)); }
 
+// eye(n) / eye(n, m), sizes constant or symbolic: EyeLike of a zero [n, m].
 void eye(Ctx& c) {
-  int64_t n = c.i("n");
-  int64_t m = c.i("m", n);
+  std::vector<schema::SymIntArg> dims = c.symints("n");
+  if (dims.size() != 1) c.fail("eye: 'n' is not one int");
+  if (c.has("m")) {
+    auto m = c.symints("m");
+    if (m.size() != 1) c.fail("eye: 'm' is not one int");
+    dims.push_back(m[0]);
+  } else {
+    dims.push_back(dims[0]);
+  }
+  std::string shape = c.shape_tensor(dims);
   DType t = c.out_dtype();
   if (is_complex(t)) {
     DType rt = complex_component(t);
-    std::string z = fill_shape(c, c.b.const_i64({n, m}), rt, "", 0.0, std::nullopt);
-    ValueType et{rt, Shape{Dim::of(n), Dim::of(m)}};
+    std::string z = fill_shape(c, shape, rt, "", 0.0, std::nullopt);
+    ValueType et = c.out_type();  // the carried [n, m, 2]
+    et.dtype = rt;
+    if (et.shape && et.shape->size() == 3) et.shape->pop_back();
     c.set_output(0, complex_from_real(c, c.b.op("EyeLike", {z}, {}, et)));
     return;
   }
   DType kt = c.kernel_type("EyeLike", t);
-  std::string zeros_v = fill(c, c.b.const_i64({n, m}), kt, "", 0.0);
+  std::string zeros_v = fill(c, shape, kt, "", 0.0);
   ValueType et = c.out_type();
   et.dtype = kt;
   c.set_output(0, c.cast(c.b.op("EyeLike", {zeros_v}, {}, et), t));

@@ -43,6 +43,7 @@ void add_sub(Ctx& c, const std::string& op) {
 }
 
 void add(Ctx& c) {
+  if (is_complex(c.out_dtype())) return complex_arith(c, "Add");
   if (c.out_dtype() == DType::Bool) {  // bool + bool is logical or
     c.set_output(0,
                  c.b.op("Or", {c.operand("self", DType::Bool), c.operand("other", DType::Bool)}));
@@ -50,7 +51,10 @@ void add(Ctx& c) {
   }
   add_sub(c, "Add");
 }
-void sub(Ctx& c) { add_sub(c, "Sub"); }
+void sub(Ctx& c) {
+  if (is_complex(c.out_dtype())) return complex_arith(c, "Sub");
+  add_sub(c, "Sub");
+}
 void rsub(Ctx& c) {
   // rsub(self, other, alpha) = other - alpha * self
   DType t = c.out_dtype(), ct = arith_type(c, t);
@@ -61,6 +65,7 @@ void rsub(Ctx& c) {
   c.set_output(0, c.cast(c.b.op("Sub", {y, x}), t));
 }
 void mul(Ctx& c) {
+  if (is_complex(c.out_dtype())) return complex_arith(c, "Mul");
   if (c.out_dtype() == DType::Bool) {
     c.set_output(0, binary(c, "And"));
     return;
@@ -71,6 +76,10 @@ void mul(Ctx& c) {
 void div(Ctx& c) {
   auto mode = c.str("rounding_mode");
   DType t = c.out_dtype();
+  if (is_complex(t)) {
+    if (mode) c.fail("div with a rounding mode of complex tensors");
+    return complex_arith(c, "Div");
+  }
   if (!mode) {
     c.set_output(0, binary(c, "Div"));
     return;
@@ -131,7 +140,15 @@ void abs_(Ctx& c) {
   unary(c, "Abs");
 }
 void erf_(Ctx& c) { unary(c, "Erf"); }
-void reciprocal(Ctx& c) { unary(c, "Reciprocal"); }
+void reciprocal(Ctx& c) {
+  if (!is_complex_arg(c, "self")) return unary(c, "Reciprocal");
+  // 1 / z = conj(z) / |z|^2
+  std::string z = c.cast(c.tensor("self"), complex_component(c.out_dtype()));
+  std::string re = complex_part(c, z, 0), im = complex_part(c, z, 1);
+  std::string den = c.b.op("Add", {c.b.op("Mul", {re, re}), c.b.op("Mul", {im, im})});
+  c.set_output(
+      0, complex_make(c, c.b.op("Div", {re, den}), c.b.op("Neg", {c.b.op("Div", {im, den})})));
+}
 // Rounding an integer tensor leaves it as it is.
 void rounding(Ctx& c, const char* op) {
   DType t = c.out_dtype();
@@ -227,7 +244,8 @@ void register_elementwise(Registry& r) {
   for (const char* o : {"sub.Tensor", "sub.Scalar", "subtract.Tensor", "subtract.Scalar"})
     r.add(p + o, sub);
   for (const char* o : {"rsub.Tensor", "rsub.Scalar"}) r.add(p + o, rsub);
-  for (const char* o : {"mul.Tensor", "mul.Scalar"}) r.add(p + o, mul);
+  for (const char* o : {"mul.Tensor", "mul.Scalar", "multiply.Tensor", "multiply.Scalar"})
+    r.add(p + o, mul);
   for (const char* o : {"div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode",
                         "divide.Tensor", "divide.Scalar", "divide.Tensor_mode",
                         "divide.Scalar_mode", "true_divide.Tensor", "true_divide.Scalar"})

@@ -319,13 +319,25 @@ std::string AliasTracker::write_back(const std::string& view, const Parent& p,
   return fail("no write-back is known for this view op");
 }
 
-void AliasTracker::refresh(const std::string& root, const std::unordered_set<std::string>& chain) {
+void AliasTracker::check_fresh(const schema::Node& n, const std::string& view,
+                               const std::string& base) const {
+  auto it = stale_.find(view);
+  if (it == stale_.end()) return;
+  throw Error("in-place node '" + n.name + "' (" + n.target + ") changes '" + view +
+              "', which shares its data with '" + base + "', but in-place view op '" + it->second +
+              ") changed the shape of one of them after the view was made; " +
+              "the update cannot be carried across");
+}
+
+void AliasTracker::refresh(const schema::Node& n, const std::string& root,
+                           const std::unordered_set<std::string>& chain) {
   std::unordered_set<const schema::Node*> rerun;
   std::function<void(const std::string&)> visit = [&](const std::string& v) {
     auto it = children_.find(v);
     if (it == children_.end()) return;
     for (const std::string& child : it->second) {
       const Parent& p = parent_.at(child);
+      check_fresh(n, child, v);
       if (!chain.count(child)) {
         if (!p.node) {
           env_.values[child] = env_.values.at(p.base);
@@ -354,7 +366,11 @@ void AliasTracker::after_inplace(const schema::Node& n) {
     // unsqueeze_, transpose_, ...: the tensor's metadata changes, not its
     // data. Every FX name of the same tensor object (the results of earlier
     // in-place ops on it) sees the new shape; a real view of it (or a tensor
-    // it views) would not, which cannot be expressed.
+    // it views) keeps its own shape but still shares the data. That link can
+    // no longer be followed by write-back / refresh (they assume the shape
+    // the view was made from), so it is marked stale: a later mutation that
+    // would have to cross it fails then (most such views, e.g. the target of
+    // `mask[:, 0] = 0` before `mask.unsqueeze_(2)`, are never used again).
     std::vector<std::string> same{self};
     std::unordered_set<std::string> seen{self};
     for (size_t k = 0; k < same.size(); ++k) {
@@ -365,9 +381,13 @@ void AliasTracker::after_inplace(const schema::Node& n) {
       if (auto ch = children_.find(v); ch != children_.end())
         for (auto& child : ch->second) links.emplace_back(child, parent_.at(child).node);
       for (auto& [other, via] : links) {
-        if (via)
-          throw Error("in-place view op '" + n.name + "' (" + n.target + ") on '" + self +
-                      "', which aliases another tensor ('" + other + "'), cannot be expressed");
+        if (via) {
+          // `other` is either v's base (v's own link is stale) or a view of v.
+          bool is_base =
+              parent_.count(v) && parent_.at(v).base == other && parent_.at(v).node == via;
+          stale_.emplace(is_base ? v : other, n.name + "' (" + n.target);
+          continue;
+        }
         if (seen.insert(other).second) same.push_back(other);
       }
     }
@@ -386,12 +406,13 @@ void AliasTracker::after_inplace(const schema::Node& n) {
   for (size_t guard = 0; parent_.count(cur); ++guard) {
     if (guard > parent_.size()) throw Error("internal: alias cycle at '" + cur + "'");
     Parent p = parent_.at(cur);
+    check_fresh(n, cur, p.base);
     val = write_back(cur, p, val);
     env_.values[p.base] = val;
     cur = p.base;
     chain.insert(cur);
   }
-  refresh(cur, chain);
+  refresh(n, cur, chain);
 }
 
 namespace {

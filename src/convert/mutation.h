@@ -47,7 +47,12 @@ class AliasTracker {
   };
   void link(const std::string& view, Parent p);
   std::string write_back(const std::string& view, const Parent& p, const std::string& value);
-  void refresh(const std::string& root, const std::unordered_set<std::string>& chain);
+  void refresh(const schema::Node& n, const std::string& root,
+               const std::unordered_set<std::string>& chain);
+  // Throws when the alias link from `view` to `base` went stale (an in-place
+  // view op such as unsqueeze_ changed the shape of one side after the view
+  // was made) and mutation `n` would have to cross it.
+  void check_fresh(const schema::Node& n, const std::string& view, const std::string& base) const;
   std::string run_synthetic(const std::string& target, const schema::Node& like,
                             std::vector<schema::NamedArgument> args, const std::string& base_fx);
 
@@ -56,6 +61,9 @@ class AliasTracker {
   Env& env_;
   std::unordered_map<std::string, Parent> parent_;
   std::unordered_map<std::string, std::vector<std::string>> children_;
+  // View FX name -> the in-place view node ("name' (target") that made its
+  // link to its base stale.
+  std::unordered_map<std::string, std::string> stale_;
   int synthetic_ = 0;
 };
 

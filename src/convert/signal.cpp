@@ -1,8 +1,11 @@
 // Spectral ops: fft_{fft,ifft,rfft,irfft,hfft,ihfft} and their 2-D / n-D
 // forms (ONNX DFT from opset 17, its axis an input from 20; below 17 products
-// with cos / sin matrices), fftshift and
-// ifftshift. Complex tensors are real tensors with a trailing (re, im) axis
-// of 2 (see Ctx::meta_type); a real input enters DFT as [..., 1].
+// with cos / sin matrices), fftshift and ifftshift. From opset 17 a
+// transformed dim may be symbolic (DFT reads its length; the normalization
+// scales by the runtime size) unless a length is requested for it or it is
+// the Hermitian (C2R) output dim. Complex tensors are real tensors with a
+// trailing (re, im) axis of 2 (see Ctx::meta_type); a real input enters DFT
+// as [..., 1].
 #include <cmath>
 
 #include "convert/context.h"
@@ -16,6 +19,42 @@ int64_t static_dim(Ctx& c, const std::string& v, int64_t axis) {
   const Dim& d = c.shape(v)[static_cast<size_t>(axis)];
   if (!d.is_static()) c.fail("FFT needs static sizes along the transformed dims");
   return d.value;
+}
+
+// N, the product of the signal lengths, for the normalization: a constant
+// part and the runtime sizes of symbolic dims.
+struct Total {
+  double known = 1.0;
+  std::vector<std::string> runtime;  // int64 scalars
+
+  void add(double n) { known *= n; }
+  // The length of `axis` of v as it is now.
+  void add_dim(Ctx& c, const std::string& v, int64_t axis) {
+    const Dim& d = c.shape(v)[static_cast<size_t>(axis)];
+    if (d.is_static()) return add(static_cast<double>(d.value));
+    runtime.push_back(
+        c.b.op("Gather", {c.b.op("Shape", {v}), c.b.scalar_i64(axis)}, {Attr::Int("axis", 0)}));
+  }
+};
+
+// v scaled by N^p (p in {-1, -1/2, 1/2, 1}; 0: unchanged).
+std::string scale_by(Ctx& c, const std::string& v, const Total& n, double p) {
+  if (p == 0.0) return v;
+  DType t = c.dtype(v);
+  if (n.runtime.empty()) {
+    double f = std::pow(n.known, p);
+    if (std::abs(f - 1.0) <= 1e-15) return v;
+    return c.b.op("Mul", {v, c.b.scalar(t, f)});
+  }
+  std::string total = c.cast(n.runtime[0], t);
+  for (size_t k = 1; k < n.runtime.size(); ++k)
+    total = c.b.op("Mul", {total, c.cast(n.runtime[k], t)});
+  if (n.known != 1.0) total = c.b.op("Mul", {total, c.b.scalar(t, n.known)});
+  std::string f = p == 1.0    ? total
+                  : p == -1.0 ? c.b.op("Reciprocal", {total})
+                  : p == 0.5  ? c.b.op("Sqrt", {total})
+                              : c.b.op("Reciprocal", {c.b.op("Sqrt", {total})});
+  return c.b.op("Mul", {v, f});
 }
 
 // Trims or zero-pads axis `axis` of v to `len`.
@@ -84,11 +123,15 @@ std::string dft_matmul(Ctx& c, const std::string& v, int64_t axis, bool inverse,
 }
 
 // One DFT along `axis` (an axis of the complex form, not the trailing one).
+// From opset 17 the length may be symbolic (DFT reads it from the input).
 std::string dft(Ctx& c, const std::string& v, int64_t axis, bool inverse, bool onesided) {
   if (c.opset() < 17) return dft_matmul(c, v, axis, inverse, onesided);
-  int64_t n = static_dim(c, v, axis);
   Shape s = c.shape(v);
-  s[static_cast<size_t>(axis)] = Dim::of(onesided ? n / 2 + 1 : n);
+  Dim& d = s[static_cast<size_t>(axis)];
+  if (d.is_static())
+    d = Dim::of(onesided ? d.value / 2 + 1 : d.value);
+  else if (onesided)
+    d = Dim::unknown();
   s.back() = Dim::of(2);
   ValueType t{c.dtype(v), s};
   std::vector<Attr> attrs{Attr::Int("inverse", inverse ? 1 : 0),
@@ -148,26 +191,27 @@ void run_fft(Ctx& c, const Plan& plan, Kind kind, bool inverse, bool conj_in, bo
   std::string v = c.cast(as_signal(c, x, input_complex), rt);
   if (conj_in && input_complex) v = conj(c, v);
   size_t nd = plan.dims.size();
-  double total = 1.0;
+  Total total;
+  // A requested length trims / pads (static sizes); none: the dim as it is,
+  // symbolic ones included.
+  auto sized = [&](size_t k) {
+    int64_t a = plan.dims[k];
+    if (plan.ns[k]) v = fit(c, v, a, *plan.ns[k]);
+    total.add_dim(c, v, a);
+    return a;
+  };
   if (kind == Kind::C2C) {
     for (size_t k = 0; k < nd; ++k) {
-      int64_t a = plan.dims[k];
-      int64_t len = plan.ns[k] ? *plan.ns[k] : static_dim(c, v, a);
-      v = fit(c, v, a, len);
+      int64_t a = sized(k);
       v = dft(c, v, a, inverse, false);
-      total *= static_cast<double>(len);
     }
   } else if (kind == Kind::R2C) {
     // onesided along the last dim first (DFT wants the real input there)
-    int64_t a = plan.dims[nd - 1];
-    int64_t len = plan.ns[nd - 1] ? *plan.ns[nd - 1] : static_dim(c, v, a);
-    v = dft(c, fit(c, v, a, len), a, false, true);
-    total *= static_cast<double>(len);
+    int64_t a = sized(nd - 1);
+    v = dft(c, v, a, false, true);
     for (size_t k = 0; k + 1 < nd; ++k) {
-      int64_t b = plan.dims[k];
-      int64_t l = plan.ns[k] ? *plan.ns[k] : static_dim(c, v, b);
-      v = dft(c, fit(c, v, b, l), b, false, false);
-      total *= static_cast<double>(l);
+      int64_t b = sized(k);
+      v = dft(c, v, b, false, false);
     }
   } else {  // C2R
     if (!input_complex) {
@@ -176,31 +220,23 @@ void run_fft(Ctx& c, const Plan& plan, Kind kind, bool inverse, bool conj_in, bo
       v = c.b.op("Concat", {v, zero}, {Attr::Int("axis", -1)});
     }
     for (size_t k = 0; k + 1 < nd; ++k) {
-      int64_t b = plan.dims[k];
-      int64_t l = plan.ns[k] ? *plan.ns[k] : static_dim(c, v, b);
-      v = dft(c, fit(c, v, b, l), b, true, false);
-      total *= static_cast<double>(l);
+      int64_t b = sized(k);
+      v = dft(c, v, b, true, false);
     }
     int64_t a = plan.dims[nd - 1];
     int64_t n = plan.ns[nd - 1] ? *plan.ns[nd - 1] : 2 * (static_dim(c, v, a) - 1);
     v = dft(c, hermitian_full(c, v, a, n), a, true, false);
-    total *= static_cast<double>(n);
+    total.add(static_cast<double>(n));
   }
   if (conj_out) v = conj(c, v);
   // torch's norm: "backward" scales the inverse by 1/N, "forward" the forward
   // transform, "ortho" both by 1/sqrt(N). ONNX's inverse DFT divides by each
   // length already; the C2R and conjugated forms keep ONNX inverse DFTs too.
+  // As powers of N: torch's scale over the one ONNX applied.
   std::string norm = c.str("norm").value_or("backward");
-  double want;  // scale torch applies
-  if (norm == "ortho")
-    want = 1.0 / std::sqrt(total);
-  else if ((norm == "backward") == inverse_norm)
-    want = 1.0 / total;
-  else
-    want = 1.0;
-  double have = inverse ? 1.0 / total : 1.0;
-  double f = want / have;
-  if (std::abs(f - 1.0) > 1e-15) v = c.b.op("Mul", {v, c.b.scalar(rt, f)});
+  double want = norm == "ortho" ? -0.5 : (norm == "backward") == inverse_norm ? -1.0 : 0.0;
+  double have = inverse ? -1.0 : 0.0;
+  v = scale_by(c, v, total, want - have);
   if (kind == Kind::C2R) {
     v = c.b.op("Slice", {v, c.b.const_i64({0}), c.b.const_i64({1}), c.b.const_i64({-1})});
     v = c.squeeze(v, {-1});
@@ -257,11 +293,9 @@ void fft_op(Ctx& c) {
 // ---- core ATen forms: _fft_r2c / _fft_c2c / _fft_c2r with normalization
 // 0 (none), 1 (1/sqrt(N)) or 2 (1/N), N the product of the signal lengths.
 
-std::string normalized(Ctx& c, std::string v, int64_t mode, double total, bool onnx_inverse) {
-  double want = mode == 1 ? 1.0 / std::sqrt(total) : mode == 2 ? 1.0 / total : 1.0;
-  double f = want / (onnx_inverse ? 1.0 / total : 1.0);
-  if (std::abs(f - 1.0) > 1e-15) v = c.b.op("Mul", {v, c.b.scalar(c.dtype(v), f)});
-  return v;
+std::string normalized(Ctx& c, std::string v, int64_t mode, const Total& total, bool onnx_inverse) {
+  double want = mode == 1 ? -0.5 : mode == 2 ? -1.0 : 0.0;
+  return scale_by(c, v, total, want - (onnx_inverse ? -1.0 : 0.0));
 }
 
 std::vector<int64_t> core_dims(Ctx& c, size_t r) {
@@ -276,9 +310,9 @@ void fft_r2c(Ctx& c) {
   auto dims = core_dims(c, c.rank(x));
   std::string v = c.cast(c.unsqueeze(x, {-1}), rt);
   bool onesided = c.flag("onesided", true);
-  double total = 1.0;
+  Total total;
   for (size_t k = dims.size(); k-- > 0;) {
-    total *= static_cast<double>(static_dim(c, v, dims[k]));
+    total.add_dim(c, v, dims[k]);
     v = dft(c, v, dims[k], false, onesided && k + 1 == dims.size());
   }
   c.set_output(0, normalized(c, v, c.i("normalization", 0), total, false));
@@ -290,9 +324,9 @@ void fft_c2c(Ctx& c) {
   auto dims = core_dims(c, c.rank(x) - 1);
   std::string v = c.cast(x, rt);
   bool forward = c.flag("forward", true);
-  double total = 1.0;
+  Total total;
   for (int64_t a : dims) {
-    total *= static_cast<double>(static_dim(c, v, a));
+    total.add_dim(c, v, a);
     v = dft(c, v, a, !forward, false);
   }
   c.set_output(0, normalized(c, v, c.i("normalization", 0), total, !forward));
@@ -303,14 +337,14 @@ void fft_c2r(Ctx& c) {
   DType rt = c.out_type().dtype;
   auto dims = core_dims(c, c.rank(x) - 1);
   std::string v = c.cast(x, rt);
-  double total = 1.0;
+  Total total;
   for (size_t k = 0; k + 1 < dims.size(); ++k) {
-    total *= static_cast<double>(static_dim(c, v, dims[k]));
+    total.add_dim(c, v, dims[k]);
     v = dft(c, v, dims[k], true, false);
   }
   int64_t n = c.i("last_dim_size");
   v = dft(c, hermitian_full(c, v, dims.back(), n), dims.back(), true, false);
-  total *= static_cast<double>(n);
+  total.add(static_cast<double>(n));
   v = normalized(c, v, c.i("normalization", 0), total, true);
   v = c.b.op("Slice", {v, c.b.const_i64({0}), c.b.const_i64({1}), c.b.const_i64({-1})});
   c.set_output(0, c.squeeze(v, {-1}));

@@ -76,6 +76,33 @@ class InplaceViewOnInplaceChain(nn.Module):
         return x + 1, y.sum(0)
 
 
+class InplaceViewAfterViewMutation(nn.Module):
+    """BigBird's question mask: `mask[:, 0] = 0` (a select view, mutated) and
+    then `mask.unsqueeze_(2)`; the old view is not used again."""
+
+    def forward(self, x, q):
+        mask = torch.where(torch.arange(x.shape[1]).unsqueeze(0) < q, 1, 0)
+        mask[:, 0] = 0
+        mask.unsqueeze_(2)
+        return x * mask
+
+
+class InplaceTransposeT(nn.Module):
+    """transpose_ / t_ / squeeze_ after a slice of the tensor was mutated."""
+
+    def forward(self, x):
+        y = x * 1
+        y[:, 1:].mul_(2)
+        y.transpose_(0, 1)
+        z = y * 1
+        z[0].add_(1)
+        z.t_()
+        w = z.unsqueeze(0) * 1
+        w[0, :, 0].fill_(5)
+        w.squeeze_(0)
+        return y + 1, z * 2, w - 1
+
+
 class IndexPutAccumulate(nn.Module):
     def forward(self, x, i, v):
         x.index_put_((i,), v, accumulate=True)
@@ -88,6 +115,9 @@ CASES = {
     "buffer_slice_copy_and_split": (BufferSplit, lambda: (torch.randn(2, 3),)),
     "chained_inplace": (Chained, lambda: (torch.randn(3, 4), torch.rand(3, 4) > 0.5)),
     "inplace_view_on_inplace_chain": (InplaceViewOnInplaceChain, lambda: (torch.randn(2, 3),)),
+    "inplace_view_after_view_mutation": (InplaceViewAfterViewMutation,
+                                         lambda: (torch.randn(2, 5, 3), torch.tensor([[2], [4]]))),
+    "inplace_transpose_t_squeeze": (InplaceTransposeT, lambda: (torch.randn(3, 4),)),
     "index_put_accumulate": (IndexPutAccumulate,
                              lambda: (torch.randn(5, 3), torch.tensor([0, 2, 2]), torch.randn(3, 3))),
 }
@@ -112,6 +142,22 @@ def test_mutation_through_expand_fails_clearly(tmp_onnx):
     import os
 
     assert not os.path.exists(tmp_onnx)
+
+
+def test_mutation_across_a_stale_view_fails_clearly(tmp_onnx):
+    """A view made before an in-place view op (unsqueeze_) on its base keeps
+    the old shape: a later mutation through it cannot be written back."""
+
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 1
+            row = y[0]
+            y.unsqueeze_(0)
+            row.add_(1)
+            return y
+
+    with pytest.raises(pt2onnx.ConversionError, match="changed the shape"):
+        pt2onnx.export(M(), (torch.randn(2, 3),), tmp_onnx)
 
 
 def test_core_aten_buffer_mutation_is_an_output(tmp_onnx):

@@ -79,6 +79,17 @@ CASES = {
     # reshape's target shape a computed one, whose rank the converter once read unchecked (a
     # SIGSEGV in the core).
     "fold_unfold_dynamic_batch": (lambda s, x: (F.fold(x, (6, 6), 3, padding=1, stride=2), F.fold(x[:, :, :4], (3, 3), 2), F.unfold(F.fold(x, (6, 6), 3, padding=1, stride=2), 3, padding=1, stride=2)), [f32(2, 36, 9)], True),
+    # eye of a symbolic size (XLNet's -torch.eye(qlen)), n x m, several dtypes.
+    "eye_symbolic_size": (lambda s, x: (x[:, :1] - torch.eye(x.shape[0]), torch.eye(x.shape[0], 5, dtype=torch.int64), torch.eye(2, x.shape[0], dtype=torch.bool), torch.view_as_real(torch.eye(x.shape[0], dtype=torch.complex64))), [f32(3, 4)], True),
+    # torch.multiply (ConvBERT) is mul's alias.
+    "multiply_alias": (lambda s, x, y: torch.multiply(x, y) + torch.multiply(x, 2.0), [f32(3, 4), f32(3, 4)], True),
+    # Complex rotary embeddings (DeepSeek-V2, Llama 4): polar, complex * real scalar,
+    # complex * complex; and complex + - / with real and complex operands.
+    "complex_rotary": (lambda s, x, f: torch.view_as_real(torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2)) * (torch.polar(torch.ones_like(f), f) * 0.5)).flatten(-2), [f32(3, 5, 8), f32(3, 5, 4)], True),
+    "complex_add_sub_div": (lambda s, x, y, r: torch.view_as_real((torch.view_as_complex(x) + 1.5) / torch.view_as_complex(y) - torch.view_as_complex(y) * 2 + torch.view_as_complex(x) / (r.abs() + 1) - r + torch.sub(r, torch.view_as_complex(x), alpha=2) + 2.0 / torch.view_as_complex(y)), [f32(3, 4, 2), lambda: torch.randn(3, 4, 2) + 3, f32(3, 4)], True),
+    # fftn over a symbolic dim (FNet): DFT reads the length at run time; the
+    # normalizations then scale by the runtime size.
+    "fftn_symbolic_dims": (lambda s, x: (torch.fft.fftn(x, dim=(0, 1)).real, torch.view_as_real(torch.fft.fftn(x, dim=(0, 1), norm="ortho")), torch.fft.ifft(x, dim=0).imag * 1, torch.view_as_real(torch.fft.rfft(x, dim=0, norm="forward"))), [f32(5, 6)], True),
     "batch_norm_1d_layer_norm_no_affine": (lambda s, x: F.layer_norm(s.params["bn"](x), (6,)), [f32(3, 6)], True, {"bn": nn.BatchNorm1d(6)}),
 }
 
