@@ -298,6 +298,23 @@ def _model_class(task: Task, config):
                      f"{task.name} (pt2onnx-pretrained --list-tasks DIR says what it can)")
 
 
+@contextlib.contextmanager
+def offline():
+    """The hub's offline mode while transformers reads and builds a checkpoint: every request
+    huggingface_hub would make raises instead (a config.json naming a hub model, as a DETR
+    config saved by transformers 4.x names its backbone, is then an error, not a download).
+    huggingface_hub reads HF_HUB_OFFLINE once, when it is imported, so the variable set after
+    transformers was imported changes nothing: its module constant is set for the duration."""
+    import huggingface_hub.constants as hub
+
+    saved = hub.HF_HUB_OFFLINE
+    hub.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        hub.HF_HUB_OFFLINE = saved
+
+
 def _config(path: str | os.PathLike, task: Task):
     path = os.fspath(path)
     # config.json read as a regular file of sane size, and checked against the weights before
@@ -308,7 +325,7 @@ def _config(path: str | os.PathLike, task: Task):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoConfig
 
-    with _checkpoint_config.allocation_errors(path, raw):
+    with _checkpoint_config.allocation_errors(path, raw), offline():
         config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     if hasattr(config, "use_cache"):
         # Set before the model is built: encoder-decoders copy it into their stacks.
@@ -323,8 +340,8 @@ def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
     `AutoModel` for feature-extraction, `AutoModelForImageClassification`,
     `AutoModelForSeq2SeqLM` or `AutoModelForSpeechSeq2Seq` for seq2seq); its config's
     `use_cache` is True for the "-with-past" tasks only. Never touches the network:
-    `local_files_only`, no remote code, and `HF_HUB_OFFLINE=1` in the environment unless it
-    is set.
+    `local_files_only`, no remote code, and the hub's offline mode while the checkpoint is
+    read and built (`offline()`).
 
     Args:
         path: The checkpoint directory (config.json and the weights).
@@ -341,7 +358,7 @@ def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
     """
     task = task_of(path, task)
     config = _config(path, task)
-    with _checkpoint_config.allocation_errors(path, config):
+    with _checkpoint_config.allocation_errors(path, config), offline():
         model = _model_class(task, config).from_pretrained(path, config=config,
                                                            local_files_only=True,
                                                            trust_remote_code=False,
@@ -377,7 +394,7 @@ def empty_pretrained(path: str | os.PathLike, task: str):
 
     task = task_of(path, task)
     config = _config(path, task)
-    with init_empty_weights(), _checkpoint_config.allocation_errors(path, config):
+    with init_empty_weights(), _checkpoint_config.allocation_errors(path, config), offline():
         cls = _model_class(task, config)
         model = (cls.from_config(config, dtype=torch.float32, trust_remote_code=False)
                  if hasattr(cls, "from_config")  # an auto class; else a model class of optimum's

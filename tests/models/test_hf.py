@@ -401,3 +401,28 @@ def test_export_pretrained_weights_errors(tmp_path):
                                                       r"but the model's is \[64, 96\]"):
         hf.export_pretrained(ckpt, "text-generation", verify=False)
     assert not (ckpt / "model.onnx").exists()
+
+
+def test_checkpoint_naming_a_hub_model_is_refused_offline(tmp_path):
+    """A DETR config.json as transformers 4.x saves it names a timm backbone on the hub
+    ("resnet50" with backbone_kwargs): transformers 5 then asks the hub whether that repository
+    exists. Found by the optimum side-by-side run: huggingface_hub had read HF_HUB_OFFLINE at
+    its import, before pt2onnx set it, and the request went out. Now it is refused offline (the
+    no_network fixture fails the test on any connection)."""
+    import json
+
+    import hf_tiny
+    import huggingface_hub.constants as hub
+
+    ckpt = tmp_path / "detr"
+    hf_tiny.tiny_checkpoint("detr", "object-detection", str(ckpt))
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg.pop("backbone_config", None)
+    cfg.update(use_timm_backbone=True, backbone="resnet50", use_pretrained_backbone=False,
+               backbone_kwargs={"in_chans": 3, "out_indices": [1, 2, 3, 4]})
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    was = hub.HF_HUB_OFFLINE
+    with pytest.raises(Exception, match="offline"):
+        hf.export_pretrained(ckpt, "object-detection", tmp_path / "m.onnx", cache=False)
+    assert hub.HF_HUB_OFFLINE == was  # restored
+    assert not (tmp_path / "m.onnx").exists()
