@@ -513,7 +513,35 @@ def _capture(model, args, kwargs, dynamic_shapes, dynamic_axes, input_names, out
     if fix_dynamic_shapes:
         warnings.warn("pt2onnx: fix_dynamic_shapes=True: torch.export derived the dynamic dims' "
                       f"constraints itself: {_auto_fixed(out[0])}", stacklevel=3)
+    else:
+        narrowed = _narrowed_ranges(out[0])
+        if narrowed:
+            warnings.warn("pt2onnx: torch.export narrowed dynamic dims while capturing (the "
+                          "model's code compares them with constants): the file is right for "
+                          f"these sizes only: {narrowed}", stacklevel=3)
     return out
+
+
+def _narrowed_ranges(ep: Any) -> str:
+    """The input dims torch.export gave an upper bound while capturing (a branch on a window,
+    a top-k, a capacity: the file holds the branch taken), named by the first input dim that
+    has the symbol. Lower bounds are left out: a dim that is a sum of two (a mask as long as
+    the cache and the new tokens) is at least 4 by torch's own rule that dims are >= 2."""
+    where: dict[str, str] = {}
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in ep.graph_signature.user_inputs:
+            continue
+        val = node.meta.get("val")
+        for axis, d in enumerate(getattr(val, "shape", ())):
+            expr = getattr(getattr(d, "node", None), "expr", None)
+            if expr is not None and getattr(expr, "is_Symbol", False):
+                where.setdefault(str(expr), f"{node.name} dim {axis}")
+    out = []
+    for sym, r in ep.range_constraints.items():
+        unbounded = str(r.upper) in ("int_oo", "oo")
+        if str(sym) in where and not unbounded:
+            out.append(f"{where[str(sym)]} at most {r.upper}")
+    return ", ".join(out)
 
 
 def _widened_examples(model, args, kwargs, ds):

@@ -196,3 +196,25 @@ def test_dims_given_one_name_that_must_be_one_dim(tmp_onnx, form):
     got = run_ort(tmp_onnx, {"x": x2.numpy(), "mask": mask2.numpy()})[1][0]
     torch.testing.assert_close(torch.from_numpy(got), _Masked()(x2, mask2), atol=1e-5,
                                rtol=1e-5)
+
+
+class _Windowed(nn.Module):
+    """Branches on the length against a constant (a sliding window): torch.export keeps the
+    branch of the example and bounds the dim."""
+
+    def forward(self, x):
+        if x.shape[1] <= 8:
+            return x * 2
+        return x[:, -8:] * 3
+
+
+def test_narrowed_dims_are_said(tmp_onnx):
+    with pytest.warns(UserWarning, match=r"right for these sizes only: x dim 1 at most 8"):
+        pt2onnx.export(_Windowed(), (torch.randn(2, 6),), tmp_onnx,
+                       dynamic_shapes={"x": {0: "batch", 1: "seq"}})
+    import warnings
+
+    with warnings.catch_warnings():  # no bound: no warning
+        warnings.simplefilter("error")
+        pt2onnx.export(_Masked(), (torch.randn(2, 6), torch.ones(2, 6)), tmp_onnx,
+                       dynamic_shapes={"x": {1: "seq"}, "mask": {1: "seq"}})
