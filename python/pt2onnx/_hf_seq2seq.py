@@ -212,7 +212,7 @@ def verify_with_past(model, f, atol, rtol) -> dict[str, Any]:
         for sess, path, part, kw in zip(sessions, (enc_path, dec_path), (encoder, decoder),
                                         inputs.make(*size)):
             try:
-                run = _verify_mod._compare(sess, part, (), kw, atol, rtol)
+                run = _verify_mod._compare(sess, part, (), kw, atol, rtol, scaled=True)
             except _verify_mod._TorchRefused as e:
                 raise _verify_mod.VerificationError(
                     f"verify: PyTorch fails at {size}: {e}") from e

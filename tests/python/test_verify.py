@@ -137,3 +137,24 @@ def test_verify_accepts_ties_chosen_as_onnx_does(tmp_onnx):
         warnings.simplefilter("error")
         r = pt2onnx.export(_TiedRouter(False), (x,), tmp_onnx, verify=True)
     assert not any("topk_ties" in run for run in r.checks["verify"])
+
+
+def test_scaled_tolerance_follows_the_outputs_magnitude():
+    """export_pretrained's check (scaled=True): an output whose values reach 1000 is compared
+    with atol x 1000, as the zoo's tests do (float32 rounding grows with the values); small
+    outputs keep atol as given."""
+    import numpy as np
+
+    from pt2onnx import _verify
+
+    class Sess:
+        def get_outputs(self):
+            return [type("O", (), {"name": "logits"})()]
+
+    e = torch.tensor([1000.0, 0.001])
+    g = np.array([1000.0, 0.0015], dtype=np.float32)
+    assert "failures" in _verify._differences(Sess(), {}, [g], e, 1e-4, 1e-4)
+    assert "failures" not in _verify._differences(Sess(), {}, [g], e, 1e-4, 1e-4, scaled=True)
+    small = torch.tensor([0.5, 0.001])
+    assert "failures" in _verify._differences(Sess(), {}, [np.array([0.5, 0.0015], np.float32)],
+                                              small, 1e-4, 1e-4, scaled=True)
