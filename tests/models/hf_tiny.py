@@ -71,6 +71,8 @@ _TASK_AUTO_CLASSES = {
                            "AutoModelForInstanceSegmentation",
                            "AutoModelForUniversalSegmentation"),
     "image-to-image": ("AutoModelForImageToImage",),
+    "keypoint-detection": ("AutoModelForKeypointDetection",),
+    "time-series-forecasting": ("AutoModelForTimeSeriesPrediction",),
     "image-to-text": ("AutoModelForImageTextToText",),
     "masked-im": ("AutoModelForMaskedImageModeling",),
     "multiple-choice": ("AutoModelForMultipleChoice",),
@@ -102,6 +104,8 @@ _AUTO_MAPPING_NAMES = {
     "AutoModelForInstanceSegmentation": "MODEL_FOR_INSTANCE_SEGMENTATION_MAPPING_NAMES",
     "AutoModelForUniversalSegmentation": "MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING_NAMES",
     "AutoModelForImageToImage": "MODEL_FOR_IMAGE_TO_IMAGE_MAPPING_NAMES",
+    "AutoModelForKeypointDetection": "MODEL_FOR_KEYPOINT_DETECTION_MAPPING_NAMES",
+    "AutoModelForTimeSeriesPrediction": "MODEL_FOR_TIME_SERIES_PREDICTION_MAPPING_NAMES",
     "AutoModelForImageTextToText": "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
     "AutoModelForMaskedImageModeling": "MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING_NAMES",
     "AutoModelForMultipleChoice": "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES",
@@ -144,9 +148,16 @@ def model_types(task: str) -> list[str]:
     return sorted(types_)
 
 
+# optimum's classes for pairs no auto class maps (its TasksManager._CUSTOM_CLASSES).
+_CUSTOM_CLASSES = {("time-series-forecasting", "patchtst"): "PatchTSTForPrediction",
+                   ("time-series-forecasting", "patchtsmixer"): "PatchTSMixerForPrediction"}
+
+
 def model_class(task: str, model_type: str):
     """The transformers class the first of the task's auto classes that maps
-    model_type maps it to."""
+    model_type maps it to (or optimum's class for the pair)."""
+    if (task, model_type) in _CUSTOM_CLASSES:
+        return getattr(transformers, _CUSTOM_CLASSES[(task, model_type)])
     for auto_class in AUTO_CLASSES[task]:
         names = _mapping(auto_class).get(model_type)
         if names is None:
