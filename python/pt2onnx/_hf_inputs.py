@@ -93,6 +93,10 @@ def audio_inputs(model, batch: int, seq: int) -> tuple[dict[str, Any], dict[str,
     if name == "input_features" and getattr(cfg, "input_feat_per_channel", None):
         per = cfg.input_feat_per_channel * getattr(cfg, "input_channels", 1)
         return {name: torch.randn(batch, 16 + 4 * seq, per)}, {name: seq_axes}
+    if name == "input_features" and getattr(cfg, "feature_projection_input_dim", None):
+        # Wav2Vec2-BERT: stacked filter-bank frames.
+        return ({name: torch.randn(batch, 16 + 4 * seq, cfg.feature_projection_input_dim)},
+                {name: seq_axes})
     if name == "input_values" and mels and getattr(cfg, "max_length", None):
         return {name: torch.randn(batch, cfg.max_length, mels)}, {name: batch_axis}
     if name == "input_values":
