@@ -123,21 +123,22 @@ def _run(cases: list[tuple[str, str]]) -> list[dict]:
                 cwd=ROOT, capture_output=True, text=True,
                 timeout=CASE_TIMEOUT_S * len(batch) + 120)
             done = [json.loads(line) for line in open(out.name) if line.strip()]
-        rows += done
         todo = todo[len(done):]
         if proc.returncode != 0 and todo:
             task, mt = todo.pop(0)
             tail = (proc.stderr.strip().splitlines() or ["?"])[-1][:300]
-            rows.append({"task": task, "model_type": mt, "status": "crash",
+            done.append({"task": task, "model_type": mt, "status": "crash",
                          "error": f"exit {proc.returncode}: {tail}"})
         for r in done:
-            print(f"{r['task']:32} {r['model_type']:28} {r['status']:8} {r['seconds']:7.1f}s "
-                  f"{r.get('error', '')[:120]}", flush=True)
+            print(f"{r['task']:32} {r['model_type']:28} {r['status']:8} "
+                  f"{r.get('seconds', 0):7.1f}s {r.get('error', '')[:120]}", flush=True)
+        rows += done
+        _save(done)  # kept as they come: a run stopped part way keeps what it did
     return rows
 
 
-def _save(rows: list[dict], cases: list[tuple[str, str]]) -> list[dict]:
-    kept, ran = [], set(cases)
+def _save(rows: list[dict]) -> list[dict]:
+    kept, ran = [], {(r["task"], r["model_type"]) for r in rows}
     if os.path.exists(RESULTS):
         kept = [r for r in json.load(open(RESULTS))["cases"]
                 if (r["task"], r["model_type"]) not in ran]
@@ -196,7 +197,7 @@ def main() -> int:
         cases = [(t, mt) for t in tasks for mt in _model_types(t)
                  if not a.model_types or mt in a.model_types]
         print(f"{len(cases)} cases", flush=True)
-        _save(_run(cases), cases)
+        _run(cases)
     report()
     return 0
 
