@@ -58,8 +58,20 @@ def _preprocessor_size(folder: str | None) -> int | None:
     return None
 
 
+def vocab_size(config) -> int:
+    """The vocabulary of the text a model reads: its config's, else its text (decoder)
+    config's (composite configs: Gemma 3, speech-to-text models built on a language model)."""
+    vocab = getattr(config, "vocab_size", None)
+    if vocab is None and hasattr(config, "get_text_config"):
+        vocab = getattr(config.get_text_config(decoder=True), "vocab_size", None)
+    if not isinstance(vocab, int) or vocab <= 0:
+        raise ValueError(f"{type(config).__name__} states no vocabulary size: pt2onnx cannot "
+                         "make example token ids for it")
+    return vocab
+
+
 def text_inputs(model, batch: int, seq: int, past: int = 0) -> dict[str, Any]:
-    vocab = model.config.vocab_size
+    vocab = vocab_size(model.config)
     d: dict[str, Any] = {"input_ids": torch.randint(0, vocab, (batch, seq))}
     mask = torch.ones(batch, past + seq, dtype=torch.long)
     if batch > 1 and past + seq > 1:

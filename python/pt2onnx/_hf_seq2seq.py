@@ -13,7 +13,7 @@ import torch
 from . import _verify as _verify_mod
 from ._checkpoint_files import seq2seq_paths
 from ._export import export
-from ._hf_inputs import audio_inputs, text_inputs
+from ._hf_inputs import audio_inputs, text_inputs, vocab_size
 
 
 class _Seq2SeqEncoder(torch.nn.Module):
@@ -114,7 +114,7 @@ class _Seq2SeqInputs:
         # tokens), so any layer count, heads and head size fit; on fake
         # weights (weights="empty") zeros of the shapes a fake run gives.
         fake_mode = getattr(next(m.parameters()), "fake_mode", None)
-        ids = torch.randint(0, m.config.vocab_size, (batch, past + 1))
+        ids = torch.randint(0, vocab_size(m.config), (batch, past + 1))
         run_in = dict(enc_in, decoder_input_ids=ids)
         with torch.no_grad(), fake_mode or contextlib.nullcontext():
             if fake_mode is not None:
@@ -133,15 +133,18 @@ class _Seq2SeqInputs:
             cross_c.update(real(layer.keys), real(layer.values), i)
         edc = EncoderDecoderCache(self_c, cross_c)
         dec_in: dict[str, Any] = {
-            "decoder_input_ids": torch.randint(0, m.config.vocab_size, (batch, dec))}
+            "decoder_input_ids": torch.randint(0, vocab_size(m.config), (batch, dec))}
         if mask is not None:
             dec_in["encoder_attention_mask"] = mask
         dec_in["past_key_values"] = edc
         return enc_in, dec_in
 
     def dynamic_shapes(self, enc_in, dec_in):
-        enc_ds = {k: ({0: "batch_size"} if k == "input_features"
-                      else {0: "batch_size", 1: "encoder_sequence_length"}) for k in enc_in}
+        # Speech: the frames' dims as _hf_inputs.audio_inputs makes them (Whisper's fixed,
+        # Speech2Text's and SeamlessM4T's dynamic).
+        audio = audio_inputs(self.model, 1, 1)[1] if self.speech else {}
+        enc_ds = {k: audio.get(k, {0: "batch_size", 1: "encoder_sequence_length"})
+                  for k in enc_in}
         cache = dec_in["past_key_values"]
         n_self = len(cache.self_attention_cache.layers)
         n_cross = len(cache.cross_attention_cache.layers)

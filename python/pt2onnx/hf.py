@@ -45,7 +45,7 @@ from . import _export as _export_mod
 from . import _pretrained_command, _program_cache
 from . import _verify as _verify_mod
 from ._checkpoint_files import safetensors_files, seq2seq_paths  # noqa: F401 - hf.seq2seq_paths
-from . import _hf_inputs, _hf_seq2seq, _hf_tasks
+from . import _hf_cache, _hf_inputs, _hf_seq2seq, _hf_tasks
 from ._hf_inputs import accepts, audio_inputs, text_inputs
 from ._hf_seq2seq import prefixed_source
 from ._hf_tasks import TASKS, Task  # noqa: F401 - pt2onnx.hf.TASKS: the task names
@@ -72,9 +72,12 @@ def _torchvision_ops_unloadable() -> bool:
 def prepare() -> None:
     """Make transformers' models capturable by torch.export.
 
-    Registers transformers' `DynamicCache` as a pytree node with transformers' own export
-    registration, so a cache is an input and an output of the exported graph (named
-    `past_key_values.<layer>.key` / `present.<layer>.key` by the C++ core), and
+    Registers transformers' `DynamicCache` as a pytree node, as transformers' own export
+    registration does for a cache of attention layers (python/pt2onnx/_hf_cache.py), so a
+    cache is an input and an output of the exported graph (named
+    `past_key_values.<layer>.key` / `present.<layer>.key` by the C++ core; a state-space or
+    linear-attention layer's states `past_key_values.<layer>.conv_state` / `.recurrent_state`),
+    and
     `EncoderDecoderCache`, which transformers has no export registration for (leaves named
     `past_key_values.<i>.decoder.key` for self-attention and
     `past_key_values.<i>.encoder.key` for cross-attention, `present.<i>...` as outputs, as
@@ -88,11 +91,7 @@ def prepare() -> None:
     if _torchvision_ops_unloadable():
         sys.modules.setdefault("torchvision._meta_registrations",
                                types.ModuleType("torchvision._meta_registrations"))
-    from transformers import DynamicCache
-    from transformers.integrations.executorch import register_dynamic_cache_export_support
-
-    if DynamicCache not in torch.utils._pytree.SUPPORTED_NODES:
-        register_dynamic_cache_export_support()
+    _hf_cache.register()
     _register_encoder_decoder_cache()
 
 
@@ -141,27 +140,26 @@ def _past(model, batch: int, past: int):
     past 0: an empty cache (what the first step, the prefill, is fed). A
     model without weight data (fake parameters) runs the prefill on fake
     tensors, for the shapes only; the cache is then zeros of those shapes."""
-    ids = torch.randint(0, model.config.vocab_size, (batch, max(past, 1)))
+    ids = torch.randint(0, _hf_inputs.vocab_size(model.config), (batch, max(past, 1)))
     fake_mode = getattr(next(model.parameters()), "fake_mode", None)
     empty = fake_mode is not None
     with torch.no_grad(), fake_mode or contextlib.nullcontext(), _eager_experts(model, empty):
         out = model(input_ids=fake_mode.from_tensor(ids) if empty else ids, use_cache=True)
-    cache = out.past_key_values
+    # Mamba's models name their cache cache_params.
+    cache = getattr(out, "past_key_values", None)
+    if cache is None:
+        cache = out.cache_params
+
+    def zeros(t):
+        return torch.zeros(t.shape, dtype=t.dtype)
+
     if empty:
-        from transformers import DynamicCache
-
-        zeros = DynamicCache()
-        for i, layer in enumerate(cache.layers):
-            zeros.update(torch.zeros(layer.keys.shape, dtype=layer.keys.dtype),
-                         torch.zeros(layer.values.shape, dtype=layer.values.dtype), i)
-        cache = zeros
+        cache = _hf_cache.rebuild(cache, zeros, zeros)
     if past == 0:
-        from transformers import DynamicCache
-
-        empty = DynamicCache()
-        for i, layer in enumerate(cache.layers):
-            empty.update(layer.keys[:, :, :0], layer.values[:, :, :0], i)
-        cache = empty
+        # No token yet: attention layers hold none, state layers the state before the first
+        # token (zeros: transformers' prefill pads the conv inputs with zeros and starts its
+        # scan from zeros).
+        cache = _hf_cache.rebuild(cache, lambda t: t[:, :, :0], zeros)
     return cache
 
 
@@ -204,7 +202,7 @@ class _TaskInputs:
         if self.kind == "seq2seq":
             speech = getattr(m, "main_input_name", "input_ids") == "input_features"
             d = (audio_inputs(m, batch, seq)[0] if speech else text_inputs(m, batch, seq))
-            d["decoder_input_ids"] = torch.randint(0, m.config.vocab_size,
+            d["decoder_input_ids"] = torch.randint(0, _hf_inputs.vocab_size(m.config),
                                                    (batch, max(seq // 2, 1)))
             return d
         if self.kind != "decoder":
@@ -224,8 +222,14 @@ class _TaskInputs:
                 self.task.outputs or ("logits",))
             if self.kind == "text+vision" and self.task.name == "feature-extraction":
                 outputs = _hf_tasks.TASKS_BY_NAME["zero-shot-image-classification"].outputs
-            self._module = (_hf_inputs.task_module(self.model, outputs, list(inputs))
-                            if outputs else self.model)
+            if outputs:
+                self._module = _hf_inputs.task_module(self.model, outputs, list(inputs))
+            elif ((not accepts(self.model, "past_key_values")
+                   and accepts(self.model, "cache_params"))
+                  or _hf_cache.has_mamba_mixers(self.model)):
+                self._module = _hf_cache.step_module(self.model, list(inputs))
+            else:
+                self._module = self.model
         return self._module
 
     def weights(self, source):
@@ -238,9 +242,7 @@ class _TaskInputs:
         ds: dict[str, Any] = {}
         for k, v in inputs.items():
             if k == "past_key_values":
-                n = len(v.layers)
-                axes = {0: "batch_size", 2: "past_sequence_length"}
-                ds[k] = [[axes] * n, [axes] * n]
+                ds[k] = _hf_cache.dynamic_shapes(v)
             elif k == "attention_mask" and self.task.with_past:
                 ds[k] = {0: "batch_size", 1: "total_sequence_length"}
             elif k == "decoder_input_ids":
@@ -678,9 +680,10 @@ def _export_pretrained_to(model, source, task: Task, f, export_kw, states, folde
             return _hf_seq2seq.export_with_past(model, source, f, export_kw, states)
         example = inputs.make(2, 8, 4 if task.with_past else 0)
         states.append({})
-        return export(inputs.module(example), (), f, kwargs=example,
-                      dynamic_shapes=inputs.dynamic_shapes(example),
-                      weights=inputs.weights(source), **export_kw, _state=states[-1])
+        with _hf_cache.state_space_capture(model):
+            return export(inputs.module(example), (), f, kwargs=example,
+                          dynamic_shapes=inputs.dynamic_shapes(example),
+                          weights=inputs.weights(source), **export_kw, _state=states[-1])
     except ConversionError as e:
         if source is None or "the weights do not fit the model" not in str(e):
             raise
