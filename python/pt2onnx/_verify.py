@@ -166,6 +166,10 @@ def _compare(sess, model, args, kwargs, atol, rtol, scaled: bool = False) -> dic
     # A cache object is updated in place by the run (a DynamicCache grows): the tie check's
     # second run needs the inputs as they were.
     pristine = copy.deepcopy((args, kwargs)) if _holds_objects((args, kwargs)) else None
+    if pristine is not None:
+        # The feeds share the tensors' memory, and a cache's states may be updated in place
+        # (transformers' Mamba copies the new conv and recurrent states into them).
+        feeds = {n: v.copy() for n, v in feeds.items()}
     out = _reference(model, args, kwargs)
     try:
         got = sess.run(None, feeds)

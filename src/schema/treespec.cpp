@@ -98,6 +98,21 @@ bool is_dynamic_cache(const TreeSpec& t) {
          t.keys == std::vector<std::string>{"key_cache", "value_cache"} && t.children.size() == 2;
 }
 
+// transformers' DynamicCache holding state-space / linear-attention layers, as
+// pt2onnx.hf registers it (python/pt2onnx/_hf_cache.py): one dict per layer, keyed
+// by the layer's index ({0: {conv_state, recurrent_state}, 1: {key, value}, ...}),
+// named by their paths (past_key_values.0.conv_state).
+bool is_layered_dynamic_cache(const TreeSpec& t) {
+  const std::string_view suffix = ".DynamicCache";
+  if (t.type.size() <= suffix.size() ||
+      t.type.compare(t.type.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+      t.keys.size() != t.children.size() || t.children.empty())
+    return false;
+  for (size_t i = 0; i < t.keys.size(); ++i)
+    if (t.keys[i] != std::to_string(i) || t.children[i].is_leaf()) return false;
+  return true;
+}
+
 // transformers' EncoderDecoderCache as pt2onnx.hf registers it: {self_attention_cache:
 // DynamicCache, cross_attention_cache: DynamicCache}.
 bool is_encoder_decoder_cache(const TreeSpec& t) {
@@ -207,6 +222,7 @@ bool dynamic_cache_output(const TreeSpec& out_spec) {
   for (size_t i = 0; i < out_spec.keys.size() && i < out_spec.children.size(); ++i)
     if (out_spec.keys[i] == "past_key_values")
       return is_dynamic_cache(out_spec.children[i]) ||
+             is_layered_dynamic_cache(out_spec.children[i]) ||
              is_encoder_decoder_cache(out_spec.children[i]);
   return false;
 }

@@ -173,3 +173,32 @@ TEST(TreeSpec, BadSpecsAreErrors) {
       parse_treespec(spec(node("builtins.dict", R"("[\"only\"]")", {leaf(), leaf()})), "s");
   EXPECT_TRUE(t.keys.empty());
 }
+
+TEST(TreeSpec, StateCacheLayersNamedByIndexAndPart) {
+  // pt2onnx.hf's DynamicCache of state-space layers (python/pt2onnx/_hf_cache.py): one dict per
+  // layer keyed by its index, context [[layer indices], [layer descriptions]].
+  std::string l = leaf();
+  std::string state = node("builtins.dict", R"("[\"conv_state\", \"recurrent_state\"]")", {l, l});
+  std::string attn = node("builtins.dict", R"("[\"key\", \"value\"]")", {l, l});
+  std::string cache =
+      node("transformers.cache_utils.DynamicCache",
+           R"("[[\"0\", \"1\"], [{\"class\": \"a\"}, {\"class\": \"b\"}]]")", {state, attn});
+  std::string kwargs =
+      node("builtins.dict", R"("[\"input_ids\", \"past_key_values\"]")", {l, cache});
+  TreeSpec in = parse_treespec(spec(tuple({tuple({}), kwargs})), "in_spec");
+  EXPECT_EQ(input_leaf_names(in, {}),
+            (Names{"input_ids", "past_key_values.0.conv_state", "past_key_values.0.recurrent_state",
+                   "past_key_values.1.key", "past_key_values.1.value"}));
+  TreeSpec out = parse_treespec(
+      spec(node("builtins.dict", R"("[\"logits\", \"past_key_values\"]")", {l, cache})),
+      "out_spec");
+  EXPECT_EQ(output_leaf_names(out, {"a", "b", "c", "d", "e"}),
+            (Names{"logits", "present.0.conv_state", "present.0.recurrent_state", "present.1.key",
+                   "present.1.value"}));
+  // Another class laid out the same is not a cache: named by its keys.
+  std::string other = node("m.NotACache", R"("[[\"0\"], [{}]]")", {state});
+  TreeSpec o = parse_treespec(spec(node("builtins.dict", R"("[\"past_key_values\"]")", {other})),
+                              "out_spec");
+  EXPECT_EQ(output_leaf_names(o, {"a", "b"}),
+            (Names{"past_key_values.0.conv_state", "past_key_values.0.recurrent_state"}));
+}
