@@ -351,11 +351,6 @@ def step_module(model, input_names):
             logits.append(step)
         return {"logits": torch.cat(logits, dim=1), "past_key_values": cache}
 
-    p = inspect.Parameter
-    forward.__signature__ = inspect.Signature(
-        [p("self", p.POSITIONAL_OR_KEYWORD)] + [p(n, p.POSITIONAL_OR_KEYWORD) for n in input_names])
-    cls = type(f"{type(model).__name__}Step", (torch.nn.Module,), {"forward": forward})
-    wrapper = cls()
-    wrapper.model = model
-    wrapper.config = model.config
-    return wrapper.eval()
+    from ._hf_inputs import named_inputs_module
+
+    return named_inputs_module(model, forward, input_names, "Step")

@@ -187,13 +187,21 @@ def task_module(model, outputs: tuple[str, ...], input_names) -> torch.nn.Module
         out = self.model(**kwargs)
         return {name: out[name] for name in self.task_outputs}
 
+    wrapper = named_inputs_module(model, forward, input_names, "TaskOutputs")
+    wrapper.task_outputs = tuple(outputs)
+    return wrapper
+
+
+def named_inputs_module(model, forward, input_names, suffix: str) -> torch.nn.Module:
+    """A module holding `model` (as `model`, its config as `config`) whose `forward(self,
+    **kwargs)` is shown to torch.export as taking exactly `input_names`, positional-or-keyword,
+    so the graph inputs are named after them."""
     p = inspect.Parameter
     forward.__signature__ = inspect.Signature(
         [p("self", p.POSITIONAL_OR_KEYWORD)] + [p(n, p.POSITIONAL_OR_KEYWORD) for n in input_names])
-    cls = type(f"{type(model).__name__}TaskOutputs", (torch.nn.Module,), {"forward": forward})
+    cls = type(f"{type(model).__name__}{suffix}", (torch.nn.Module,), {"forward": forward})
     wrapper = cls()
     wrapper.model = model
-    wrapper.task_outputs = tuple(outputs)
     wrapper.config = model.config
     return wrapper.eval()
 
