@@ -214,14 +214,9 @@ def verify_with_past(model, f, atol, rtol) -> dict[str, Any]:
     for size in sizes:
         for sess, path, part, kw in zip(sessions, (enc_path, dec_path), (encoder, decoder),
                                         inputs.make(*size)):
-            try:
-                run = _verify_mod._compare(sess, part, (), kw, atol, rtol, scaled=True)
-            except _verify_mod._TorchRefused as e:
-                raise _verify_mod.VerificationError(
-                    f"verify: PyTorch fails at {size}: {e}") from e
-            if "failures" in run:
-                raise _verify_mod.VerificationError(
-                    f"verify: {path} differs from PyTorch at (batch, encoder length, "
-                    f"decoder length, past) {size}: " + "; ".join(run["failures"]))
-            worst = max([worst, *run["max_abs_diff"].values()])
+            worst = max(worst, _verify_mod.compare_or_raise(
+                sess, part, kw, atol, rtol, scaled=True,
+                refused=f"verify: PyTorch fails at {size}",
+                differs=f"verify: {path} differs from PyTorch at (batch, encoder length, "
+                        f"decoder length, past) {size}"))
     return {"max_abs_error": worst, "verified_sizes": sizes}

@@ -147,6 +147,20 @@ def _onnx_topk_ties():
         torch.topk, torch.Tensor.topk = fn, method
 
 
+def compare_or_raise(sess, module, kwargs, atol, rtol, *, refused: str, differs: str,
+                     scaled: bool = False) -> float:
+    """One input set of a multi-size check (`_compare` with keyword inputs): the largest
+    difference; VerificationError "<refused>: <why>" when PyTorch refuses the inputs,
+    "<differs>: <outputs>" when the file differs."""
+    try:
+        run = _compare(sess, module, (), kwargs, atol, rtol, scaled=scaled)
+    except _TorchRefused as e:
+        raise VerificationError(f"{refused}: {e}") from e
+    if "failures" in run:
+        raise VerificationError(f"{differs}: " + "; ".join(run["failures"]))
+    return max(run["max_abs_diff"].values(), default=0.0)
+
+
 def _holds_objects(value) -> bool:
     """Whether a structure of inputs holds anything but tensors, numbers and containers."""
     if isinstance(value, (list, tuple)):

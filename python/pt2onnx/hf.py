@@ -478,19 +478,12 @@ def _verify(path: str, inputs: _TaskInputs, sizes, atol: float, rtol: float) -> 
 
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     worst = 0.0
-    for batch, seq, past in sizes:
-        try:
-            kw = inputs.make(batch, seq, past)
-            run = _verify_mod._compare(sess, inputs.module(kw), (), kw, atol, rtol,
-                                       scaled=True)
-        except _verify_mod._TorchRefused as e:
-            raise _verify_mod.VerificationError(f"verify: PyTorch fails at {(batch, seq, past)}: "
-                                                f"{e}") from e
-        if "failures" in run:
-            raise _verify_mod.VerificationError(
-                f"verify: {path} differs from PyTorch at (batch, seq, past) "
-                f"{(batch, seq, past)}: " + "; ".join(run["failures"]))
-        worst = max([worst, *run["max_abs_diff"].values()])
+    for size in sizes:
+        kw = inputs.make(*size)
+        worst = max(worst, _verify_mod.compare_or_raise(
+            sess, inputs.module(kw), kw, atol, rtol, scaled=True,
+            refused=f"verify: PyTorch fails at {size}",
+            differs=f"verify: {path} differs from PyTorch at (batch, seq, past) {size}"))
     return worst
 
 
