@@ -86,25 +86,28 @@ def _save(model, path):
     return str(path)
 
 
-def _ort_greedy(path, input_ids, attention_mask, n_layers, new_tokens):
-    """Prefill (an empty cache) then one token per step with the cache fed
-    back, all in onnxruntime; positions from the mask as transformers does."""
+def _ort_greedy(path, input_ids, attention_mask, new_tokens):
+    """Prefill (an empty cache: attention caches of past length 0, state-space states zeros)
+    then one token per step with present.* fed back as past_key_values.*, all in
+    onnxruntime; positions from the mask as transformers does."""
     sess = ort_session(path)
     ins = {i.name: i for i in sess.get_inputs()}
     outs = [o.name for o in sess.get_outputs()]
-    kv_shape = ins["past_key_values.0.key"].shape  # [batch, heads, past, head]
-    heads, head_dim = kv_shape[1], kv_shape[3]
     batch = input_ids.shape[0]
-    past = {f"past_key_values.{i}.{kv}": np.zeros((batch, heads, 0, head_dim), np.float32)
-            for i in range(n_layers) for kv in ("key", "value")}
+
+    def initial(shape):  # the batch as given, every other named dim (the past) 0
+        return tuple(batch if d == "batch_size" else 0 if isinstance(d, str) else d
+                     for d in shape)
+
+    past = {n: np.zeros(initial(i.shape), np.float32) for n, i in ins.items()
+            if n.startswith("past_key_values.")}
     ids, mask, tokens = input_ids, attention_mask, []
     for _ in range(new_tokens):
-        pos = np.cumsum(mask, -1) - 1
-        pos[mask == 0] = 1
-        pos = pos[:, -ids.shape[1]:]
         feeds = {"input_ids": ids, "attention_mask": mask, **past}
         if "position_ids" in ins:
-            feeds["position_ids"] = pos
+            pos = np.cumsum(mask, -1) - 1
+            pos[mask == 0] = 1
+            feeds["position_ids"] = pos[:, -ids.shape[1]:]
         got = dict(zip(outs, sess.run(None, feeds)))
         nxt = got["logits"][:, -1].argmax(-1).astype(np.int64)[:, None]
         tokens.append(nxt)
@@ -158,7 +161,7 @@ def test_greedy_generation_in_onnxruntime(arch, opset, target, tmp_path):
         ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS,
                              min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
     ref_tokens = ref[:, ids.shape[1]:].numpy()
-    got = _ort_greedy(onnx_path, ids.numpy(), mask.numpy(), n_layers, NEW_TOKENS)
+    got = _ort_greedy(onnx_path, ids.numpy(), mask.numpy(), NEW_TOKENS)
     assert ref_tokens.shape == (2, NEW_TOKENS)
     np.testing.assert_array_equal(got, ref_tokens)
 

@@ -225,7 +225,7 @@ def test_decode_step_and_greedy_generation(arch, opset, target, tmp_path):
         gen = model.generate(input_ids=ids[:, :6], attention_mask=mask[:, :6], max_new_tokens=8,
                              min_new_tokens=8, do_sample=False, pad_token_id=0)
     ref_tokens = gen[:, 6:].numpy()
-    got = _ort_greedy(onnx_path, ids[:, :6].numpy(), mask[:, :6].numpy(), LAYERS, 8)
+    got = _ort_greedy(onnx_path, ids[:, :6].numpy(), mask[:, :6].numpy(), 8)
     assert ref_tokens.shape == got.shape == (2, 8)
     np.testing.assert_array_equal(got, ref_tokens)
 

@@ -13,39 +13,9 @@ import torch
 import hf_tiny
 import zoo  # noqa: F401  (keeps torchvision's operator registrations out)
 from pt2onnx import hf
-from zoo_check import ort_session
+from test_hf import _ort_greedy, no_network  # noqa: F401  (the fixture refuses the network)
 
 NEW_TOKENS = 8
-
-
-def _ort_greedy(path, input_ids, attention_mask, new_tokens):
-    """Prefill (every state input zeros, attention caches empty) then one token per step with
-    present.* fed back as past_key_values.*, all in onnxruntime."""
-    sess = ort_session(path)
-    ins = {i.name: i for i in sess.get_inputs()}
-    outs = [o.name for o in sess.get_outputs()]
-    batch = input_ids.shape[0]
-
-    def initial(shape):
-        return tuple(batch if d == "batch_size" else 0 if isinstance(d, str) else d
-                     for d in shape)
-
-    past = {n: np.zeros(initial(i.shape), np.float32) for n, i in ins.items()
-            if n.startswith("past_key_values.")}
-    ids, mask, tokens = input_ids, attention_mask, []
-    for _ in range(new_tokens):
-        feeds = {"input_ids": ids, "attention_mask": mask, **past}
-        if "position_ids" in ins:
-            pos = np.cumsum(mask, -1) - 1
-            pos[mask == 0] = 1
-            feeds["position_ids"] = pos[:, -ids.shape[1]:]
-        got = dict(zip(outs, sess.run(None, feeds)))
-        nxt = got["logits"][:, -1].argmax(-1).astype(np.int64)[:, None]
-        tokens.append(nxt)
-        past = {k: got["present" + k[len("past_key_values"):]] for k in past}
-        ids = nxt
-        mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], 1)
-    return np.concatenate(tokens, 1)
 
 
 def _checkpoint(model_type, folder, overrides):
