@@ -156,7 +156,7 @@ def infer(config: dict) -> Task:
     encoder-decoder ("...ForConditionalGeneration") with its cache as text or speech. Raises
     ValueError when the name says nothing (pass a task)."""
     archs = config.get("architectures") or []
-    arch = archs[0] if archs and isinstance(archs[0], str) else ""
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
     if arch.endswith("ForConditionalGeneration") or arch.endswith("ForSpeechSeq2Seq"):
         speech = arch.startswith(("Whisper", "Speech2Text", "MoonShine", "Moonshine"))
         return TASKS_BY_NAME["automatic-speech-recognition-with-past" if speech
@@ -168,6 +168,7 @@ def infer(config: dict) -> Task:
             if arch.endswith(ending) and (best is None or len(ending) > len(best[1])):
                 best = (task, ending)
     if best is None:
-        raise ValueError(f"config.json's architectures ({archs or 'none'}) name no class whose "
+        raise ValueError(f"config.json's architectures ({str(archs)[:200] or 'none'}) name no "
+                         "class whose "
                          f"task pt2onnx can infer; pass --task (one of {', '.join(TASKS)})")
     return best[0]

@@ -141,3 +141,12 @@ def test_task_errors_name_the_cause(tmp_path, capsys):
         fh.write(text)
     assert hf.main([ckpt, "-o", f, "--no-cache"]) == 1
     assert "pass --task" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("archs", [{"a": 1}, "BertModel", [5], ["x" * 100_000], None, []])
+def test_hostile_architectures_are_an_error_naming_the_field(archs):
+    """config.json is the user's file: an architectures field of another type, or a huge
+    name, gives one ValueError asking for --task (its text cut short), not a KeyError."""
+    with pytest.raises(ValueError, match="pass --task") as e:
+        _hf_tasks.infer({"architectures": archs})
+    assert len(str(e.value)) < 2000
