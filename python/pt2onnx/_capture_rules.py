@@ -127,6 +127,16 @@ statistics of its channel count (checked); anything else runs torch's own.
 The graph and every value's shape, strides and dtype are the same as
 without the rule (tests/python/test_capture_rules.py).
 
+13. transformers' sliding-window caches (`DynamicSlidingWindowLayer`: Mistral,
+Gemma 2/3, GPT-OSS, ...) keep the last `sliding_window - 1` positions and count the
+tokens seen in a Python int, which a cropped cache cannot give back; captured as is,
+their branches on that count fix the file to one side of the window. While capturing,
+the count comes from the 2D attention mask (every token seen and the new ones; set by a
+forward pre-hook on each transformers model and again where the masks are made), the
+crop is a max in the graph, and the mask sizes come from the cached length: one file
+right below, at and past the window (python/pt2onnx/_hf_cache.py,
+`sliding_window_patches`). transformers 5 only.
+
 The rules replace module attributes torchvision looks up at each call
 (`roi_heads.paste_masks_in_image` and `transform.paste_masks_in_image`, which
 imports it by name; `roi_heads.heatmaps_to_keypoints`), and run only on fake
@@ -575,6 +585,28 @@ def _torchvision_patches():
     return found
 
 
+def _transformers_patches():
+    """(owner, attribute, replacement) for rule 13, when transformers' cache is imported."""
+    import sys
+
+    if "transformers.cache_utils" not in sys.modules:
+        return []
+    from ._hf_cache import sliding_window_patches
+
+    return sliding_window_patches()
+
+
+def _transformers_hooks(model):
+    """Rule 13's forward pre-hooks on `model`'s transformers models (handles)."""
+    import sys
+
+    if "transformers.cache_utils" not in sys.modules:
+        return []
+    from ._hf_cache import sliding_window_hooks
+
+    return sliding_window_hooks(model)
+
+
 @contextlib.contextmanager
 def capture_rules(model=None):
     """Install pt2onnx's capture rules for torch.export for the duration of a `with` block.
@@ -624,12 +656,16 @@ def capture_rules(model=None):
     experts = _eager_experts_configs(model)
     for cfg in experts:
         cfg._experts_implementation = "grouped_mm"
-    patches = [(m, name, getattr(m, name), new) for m, name, new in _torchvision_patches()]
+    patches = [(m, name, getattr(m, name), new)
+               for m, name, new in _torchvision_patches() + _transformers_patches()]
     for m, name, _, new in patches:
         setattr(m, name, new)
+    hooks = _transformers_hooks(model)
     try:
         yield
     finally:
+        for h in hooks:
+            h.remove()
         for m, name, old, _ in reversed(patches):
             setattr(m, name, old)
         _EXAMPLE_SIZES.clear()

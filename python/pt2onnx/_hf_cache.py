@@ -120,6 +120,8 @@ def _unflatten(values, context):
     from transformers.integrations import executorch as ex
 
     if not _layered(context):
+        if any(w is not None for w in context[1]):
+            return _unflatten_windowed(values, context)
         return ex._unflatten_dynamic_cache(values, context)
     layers = []
     for parts, desc in zip(values, context[1]):
@@ -129,11 +131,48 @@ def _unflatten(values, context):
             raise ValueError(f"a DynamicCache layer's sizes are not positive ints: {kwargs}")
         layer = cls(**kwargs)
         if "key" in parts:
-            layer.update(parts["key"], parts["value"])
+            _hold(layer, parts["key"], parts["value"])
         if "number_of_states" in desc:
             _set_states(layer, parts, desc["number_of_states"])
         layers.append(layer)
     return _cache_of(layers)
+
+
+def _unflatten_windowed(values, context):
+    """A cache of attention layers some of which have a window, as transformers' own
+    unflatten makes it, except that a window layer holds the states given as they are
+    (transformers' crops them to the window: a cache given longer than the window, or
+    cropped in the graph while capturing, rule 13, is kept as given)."""
+    from itertools import zip_longest
+
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    keys, layout = context
+    parts = torch.utils._pytree._dict_unflatten(values, keys)
+    layers = []
+    for k, v, w in zip_longest(parts["key_cache"], parts["value_cache"], layout):
+        if w is not None and not (type(w) is int and 0 < w < 1 << 31):
+            raise ValueError(f"a DynamicCache layer's sliding window is not a positive int: {w!r}")
+        layer = DynamicSlidingWindowLayer(sliding_window=w) if w is not None else DynamicLayer()
+        if k is not None and v is not None:
+            _hold(layer, k, v)
+        layers.append(layer)
+    return _cache_of(layers)
+
+
+def _hold(layer, keys, values) -> None:
+    """An attention layer holding `keys`, `values` as given: a window layer is not cropped
+    (transformers' update would crop it; rule 13's update while capturing would add the crop
+    to the graph), its count of tokens seen their number."""
+    if getattr(layer, "sliding_window", None) is None:
+        layer.update(keys, values)
+        return
+    import inspect
+
+    init = layer.lazy_initialization  # dtype, device (transformers 4.57: keys only)
+    init(keys, values) if len(inspect.signature(init).parameters) > 1 else init(keys)
+    layer.keys, layer.values = keys, values
+    layer.cumulative_length = keys.shape[-2]
 
 
 def _cache_of(layers):
@@ -191,6 +230,12 @@ def register() -> None:
     torch.fx._pytree.register_pytree_flatten_spec(DynamicCache, _flatten_spec)
 
 
+def windows(cache) -> list[int]:
+    """The sliding windows of a cache's layers, each once, in increasing order."""
+    return sorted({w for w in (getattr(layer, "sliding_window", None)
+                               for layer in getattr(cache, "layers", ())) if w is not None})
+
+
 def has_states(cache) -> bool:
     """Whether a cache holds a linear-attention (state) layer."""
     return any(_is_linear(layer) for layer in getattr(cache, "layers", ()))
@@ -200,12 +245,13 @@ def rebuild(cache, attention, state):
     """A cache of the same layer kinds, each attention tensor (keys, values) mapped by
     `attention`, each conv / recurrent state by `state`."""
     if not has_states(cache):
-        from transformers import DynamicCache
-
-        out = DynamicCache()
-        for i, layer in enumerate(cache.layers):
-            out.update(attention(layer.keys), attention(layer.values), i)
-        return out
+        # Each layer's kind and window kept, the states as given (not cropped again).
+        windows = [getattr(layer, "sliding_window", None) for layer in cache.layers]
+        # As transformers flattens it: the layers holding states (those sharing another's,
+        # Gemma 3n's last ones, hold none and are made empty again).
+        keys = [attention(layer.keys) for layer in cache.layers if layer.keys is not None]
+        values = [attention(layer.values) for layer in cache.layers if layer.values is not None]
+        return _unflatten_windowed([keys, values], [["key_cache", "value_cache"], windows])
     values, context = _flatten(cache)
     mapped = [{k: (attention(v) if k in ("key", "value") else state(v)) for k, v in parts.items()}
               for parts in values]
@@ -215,12 +261,23 @@ def rebuild(cache, attention, state):
 def dynamic_shapes(cache, batch="batch_size", past="past_sequence_length"):
     """torch.export's dynamic_shapes of a cache, as this module flattens it: batch dims and
     the attention layers' sequence dims dynamic, every other state dim static."""
-    axes = {0: batch, 2: past}
+    found = windows(cache)
+    full = any(getattr(layer, "sliding_window", None) is None
+               and getattr(layer, "keys", None) is not None for layer in cache.layers)
+
+    def axes(layer):
+        # A window-cropped layer's length is its own dim (a window's, beside the full layers).
+        w = getattr(layer, "sliding_window", None)
+        if w is None or not full and len(found) == 1:
+            return {0: batch, 2: past}
+        name = "past_sliding_sequence_length"
+        return {0: batch, 2: name if len(found) == 1 else f"{name}_{w}"}
+
     if _is_plain(cache):
-        n = len(cache.layers)
-        return [[axes] * n, [axes] * n]
-    return [{k: (axes if k in ("key", "value") else {0: batch}) for k in parts}
-            for parts in _flatten(cache)[0]]
+        attention = [axes(layer) for layer in cache.layers if layer.keys is not None]
+        return [attention, attention]
+    return [{k: (axes(layer) if k in ("key", "value") else {0: batch}) for k in parts}
+            for layer, parts in zip(cache.layers, _flatten(cache)[0])]
 
 
 # ---- the Mamba mixers while capturing ----------------------------------------------------
@@ -354,3 +411,110 @@ def step_module(model, input_names):
     from ._hf_inputs import named_inputs_module
 
     return named_inputs_module(model, forward, input_names, "Step")
+
+
+# ---- sliding-window layers while capturing ------------------------------------------------
+
+def _sliding_update(self, key_states, value_states, *args, **kwargs):
+    """DynamicSlidingWindowLayer.update without a branch on the cache's length: the new
+    states are appended and the last `sliding_window - 1` kept (all while fewer), the kept
+    length computed as a max in the graph, so one file holds below, at and past the window."""
+    if not self.is_initialized:
+        self.lazy_initialization(key_states, value_states)
+    self.cumulative_length = self.cumulative_length + key_states.shape[-2]
+    full_keys = torch.cat([self.keys, key_states], dim=-2)
+    full_values = torch.cat([self.values, value_states], dim=-2)
+    n = full_keys.shape[-2]
+    start = torch.sym_max(n - (self.sliding_window - 1), 0)
+    self.keys = full_keys.narrow(-2, start, n - start)
+    self.values = full_values.narrow(-2, start, n - start)
+    return full_keys, full_values
+
+
+def _sliding_mask_sizes(self, query_length):
+    """(kv_length, kv_offset) of the keys the attention sees, the cached ones (whatever
+    their number: cropped to the window or not) followed by the new ones, the first of
+    them at the position `cumulative_length - cached`."""
+    cached = 0 if self.keys is None else self.keys.shape[-2]
+    return cached + query_length, self.cumulative_length - cached
+
+
+def _count_seen(cache, attention_mask, new_tokens) -> None:
+    """Each window layer's count of tokens seen before the new ones, which a window-cropped
+    cache no longer holds: the 2D attention mask covers them and the new ones."""
+    if not (isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2
+            and new_tokens is not None):
+        return
+    for layer in getattr(cache, "layers", ()):
+        if getattr(layer, "is_sliding", False) and hasattr(layer, "cumulative_length"):
+            layer.cumulative_length = attention_mask.shape[-1] - new_tokens
+
+
+def _preprocess_mask_arguments(original):
+    def preprocess(config, inputs_embeds, attention_mask, past_key_values, *args, **kwargs):
+        _count_seen(past_key_values, attention_mask,
+                    None if inputs_embeds is None else inputs_embeds.shape[1])
+        return original(config, inputs_embeds, attention_mask, past_key_values, *args, **kwargs)
+
+    return preprocess
+
+
+def _count_seen_hook(module, args, kwargs):
+    """Before a transformers model's forward: the counts, for the positions it computes from
+    the cache's length (`get_seq_length`) when not given position_ids."""
+    import inspect
+
+    try:
+        bound = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+    except TypeError:
+        return None
+    new = bound.get("input_ids")
+    if not isinstance(new, torch.Tensor) or new.dim() != 2:
+        new = bound.get("inputs_embeds")
+    if isinstance(new, torch.Tensor) and new.dim() >= 2:
+        _count_seen(bound.get("past_key_values"), bound.get("attention_mask"), new.shape[1])
+    return None
+
+
+def sliding_window_hooks(model) -> list:
+    """Rule 13's forward pre-hooks on the transformers models in `model` (removed by the
+    caller through the handles returned)."""
+    import sys
+
+    modeling = sys.modules.get("transformers.modeling_utils")
+    base = getattr(modeling, "PreTrainedModel", None)
+    if base is None or not isinstance(model, torch.nn.Module) or not sliding_window_patches():
+        return []
+    return [m.register_forward_pre_hook(_count_seen_hook, with_kwargs=True)
+            for m in model.modules() if isinstance(m, base)]
+
+
+def sliding_window_patches():
+    """(owner, attribute, replacement) for capturing transformers' sliding-window caches,
+    when transformers' cache is imported (capture rule 13, python/pt2onnx/_capture_rules.py).
+
+    transformers' DynamicSlidingWindowLayer keeps `sliding_window - 1` positions and counts
+    the tokens seen (`cumulative_length`, a Python int: not in the flattened cache, and not
+    recoverable from a cropped one). Captured as is, its branches on that count fix the
+    file to one side of the window. While capturing: the count is the 2D attention mask's
+    length less the new tokens (the mask covers every token seen, as the files' inputs
+    are), the cache is cropped with a max in the graph, and the mask sizes come from the
+    cached length and the count: the same keys, positions and mask as transformers' at
+    every length."""
+    import inspect
+    import sys
+
+    layer = getattr(sys.modules.get("transformers.cache_utils"), "DynamicSlidingWindowLayer", None)
+    preprocess = getattr(sys.modules.get("transformers.masking_utils"),
+                         "_preprocess_mask_arguments", None)
+    if layer is None or preprocess is None:
+        return []
+    # transformers 5's forms only (4.x sized masks from a cache_position argument).
+    sizes = list(inspect.signature(layer.get_mask_sizes).parameters)
+    args = list(inspect.signature(preprocess).parameters)
+    if sizes[1:] != ["query_length"] or args[:4] != ["config", "inputs_embeds", "attention_mask",
+                                                     "past_key_values"]:
+        return []
+    masking = sys.modules["transformers.masking_utils"]
+    return [(layer, "update", _sliding_update), (layer, "get_mask_sizes", _sliding_mask_sizes),
+            (masking, "_preprocess_mask_arguments", _preprocess_mask_arguments(preprocess))]

@@ -470,6 +470,23 @@ def checkpoint_weights(model, path: str | os.PathLike):
     return source
 
 
+# Windows up to this long are checked on both sides; a longer one costs prompts of its length.
+_WINDOW_CHECKED = 512
+
+
+def window_sizes(cache, sizes) -> list[tuple[int, int, int]]:
+    """(batch, seq, past) sizes on both sides of each sliding window W of `cache` not among
+    `sizes`: a step at the window (past W - 1), one crossing it (past W - 2, two tokens), a
+    prompt past it and a step after it; windows over _WINDOW_CHECKED are left out."""
+    out: list[tuple[int, int, int]] = []
+    for w in _hf_cache.windows(cache):
+        if 2 <= w <= _WINDOW_CHECKED:
+            for size in [(1, 1, w - 1), (1, 2, w - 2), (1, w + 1, 0), (2, 3, w + 2)]:
+                if size not in sizes and size not in out:
+                    out.append(size)
+    return out
+
+
 def _verify(path: str, inputs: _TaskInputs, sizes, atol: float, rtol: float) -> float:
     """Max abs difference of every output, onnxruntime against PyTorch, over
     fresh inputs at `sizes` ((batch, seq, past) triples): export(verify=True)'s
@@ -705,6 +722,8 @@ def verify_into(result: ExportResult, model, path, task, f, atol, rtol) -> None:
         torch.manual_seed(1)
         sizes = ([(1, 1, 7), (3, 5, 0), (2, 3, 2)] if task.with_past
                  else [(1, 5, 0), (3, 11, 0)])
+        if inputs.kind == "decoder" and task.with_past:
+            sizes += window_sizes(inputs.make(1, 1, 1)["past_key_values"], sizes)
         result.checks["max_abs_error"] = _verify(f, inputs, sizes, atol, rtol)
         result.checks["verified_sizes"] = sizes
     result.timings["verify"] = time.perf_counter() - t0
