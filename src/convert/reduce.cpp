@@ -661,6 +661,9 @@ void register_reduce(Registry& r) {
   r.add(p + "argmin.default", argmin);
   for (const char* o : {"any.default", "any.dim", "any.dims"}) r.add(p + o, any);
   for (const char* o : {"all.default", "all.dim", "all.dims"}) r.add(p + o, all);
+  // torch's checks of a bool tensor (torch.distributions' validate_args): all.default's.
+  r.add(p + "_is_all_true.default", all);
+  r.add(p + "_is_any_true.default", any);
   for (const char* o : {"var.default", "var.dim", "var.correction"}) r.add(p + o, var);
   for (const char* o : {"std.default", "std.dim", "std.correction"}) r.add(p + o, std_);
   for (const char* o : {"var_mean.default", "var_mean.dim", "var_mean.correction"})

@@ -90,6 +90,8 @@ CASES = {
     # fftn over a symbolic dim (FNet): DFT reads the length at run time; the
     # normalizations then scale by the runtime size.
     "fftn_symbolic_dims": (lambda s, x: (torch.fft.fftn(x, dim=(0, 1)).real, torch.view_as_real(torch.fft.fftn(x, dim=(0, 1), norm="ortho")), torch.fft.ifft(x, dim=0).imag * 1, torch.view_as_real(torch.fft.rfft(x, dim=0, norm="forward"))), [f32(5, 6)], True),
+    # torch's checks of a bool tensor (Gemma 3n's Normal(...).icdf validates its argument).
+    "is_all_any_true": (lambda s, x: (torch.ops.aten._is_all_true(x > -3).to(torch.float32) + x, torch.ops.aten._is_any_true(x > 0.5), torch.ops.aten._is_all_true(x > 0.0)), [f32(3, 4)], True),
     "batch_norm_1d_layer_norm_no_affine": (lambda s, x: F.layer_norm(s.params["bn"](x), (6,)), [f32(3, 6)], True, {"bn": nn.BatchNorm1d(6)}),
 }
 
