@@ -311,10 +311,30 @@ def offline():
 
     saved = hub.HF_HUB_OFFLINE
     hub.HF_HUB_OFFLINE = True
+    # transformers 5 asks the hub whether a backbone named by a 4.x config (DETR's "resnet50")
+    # is a hub model before it takes it for a timm architecture; offline, nothing named is
+    # (a local folder neither: a path in an untrusted config.json is not followed).
+    try:
+        import transformers.backbone_utils as backbone
+    except ImportError:  # transformers 4.x: its own module, no such request
+        backbone = None
+    api = getattr(backbone, "hf_api", None)
+    if api is not None:
+        backbone.hf_api = _OfflineHub
     try:
         yield
     finally:
         hub.HF_HUB_OFFLINE = saved
+        if api is not None:
+            backbone.hf_api = api
+
+
+class _OfflineHub:
+    """transformers' hf_api() while offline: no repository exists."""
+
+    @staticmethod
+    def repo_exists(*args, **kwargs) -> bool:
+        return False
 
 
 def _config(path: str | os.PathLike, task: Task):

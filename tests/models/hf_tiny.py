@@ -664,6 +664,11 @@ def _make_consistent(d: dict, orig: dict) -> None:
         h0 = heads[0] if _is_int_list(heads) else 1
         start = max(16, HIDDEN >> (len(depths) - 2))
         d["embed_dim"] = min(d["embed_dim"], -(-start // h0) * h0)
+        # Swin-style windows no larger than the last stage's side (transformers 5 Swin fails,
+        # eagerly too, when a stage's side shrinks its window below its relative positions').
+        img, patch, win = d.get("image_size"), d.get("patch_size"), d.get("window_size")
+        if all(isinstance(v, int) and v > 0 for v in (img, patch, win)):
+            d["window_size"] = max(1, min(win, img // patch >> (len(depths) - 1)))
     # n_group divides the experts
     n_exp = next((d[k] for k in ("n_routed_experts", "num_experts", "num_local_experts")
                   if isinstance(d.get(k), int)), None)

@@ -406,26 +406,34 @@ def test_export_pretrained_weights_errors(tmp_path):
     assert not (ckpt / "model.onnx").exists()
 
 
-def test_checkpoint_naming_a_hub_model_is_refused_offline(tmp_path):
-    """A DETR config.json as transformers 4.x saves it names a timm backbone on the hub
-    ("resnet50" with backbone_kwargs): transformers 5 then asks the hub whether that repository
-    exists. Found by the optimum side-by-side run: huggingface_hub had read HF_HUB_OFFLINE at
-    its import, before pt2onnx set it, and the request went out. Now it is refused offline (the
+def test_checkpoint_naming_a_timm_backbone_exports_offline(tmp_path):
+    """A DETR config.json as transformers 4.x saves it names a timm backbone ("resnet50" with
+    backbone_kwargs): transformers 5 asks the hub whether that name is a hub repository
+    before it takes it for a timm architecture. Found by the optimum side-by-side run:
+    huggingface_hub had read HF_HUB_OFFLINE at its import, before pt2onnx set it, and the
+    request went out; then it was refused offline. Now, offline, no name is a hub repository:
+    the backbone is timm's architecture of that name, its weights the checkpoint's (the
     no_network fixture fails the test on any connection)."""
     import json
 
     import hf_tiny
     import huggingface_hub.constants as hub
+    from transformers import AutoConfig, AutoModelForObjectDetection
 
     ckpt = tmp_path / "detr"
     hf_tiny.tiny_checkpoint("detr", "object-detection", str(ckpt))
     cfg = json.loads((ckpt / "config.json").read_text())
     cfg.pop("backbone_config", None)
-    cfg.update(use_timm_backbone=True, backbone="resnet50", use_pretrained_backbone=False,
+    cfg.update(use_timm_backbone=True, backbone="resnet10t", use_pretrained_backbone=False,
                backbone_kwargs={"in_chans": 3, "out_indices": [1, 2, 3, 4]})
     (ckpt / "config.json").write_text(json.dumps(cfg))
     was = hub.HF_HUB_OFFLINE
-    with pytest.raises(Exception, match="offline"):
-        hf.export_pretrained(ckpt, "object-detection", tmp_path / "m.onnx", cache=False)
+    with hf.offline():  # the checkpoint of that config, its backbone timm's resnet10t
+        torch.manual_seed(0)
+        model = AutoModelForObjectDetection.from_config(AutoConfig.from_pretrained(ckpt))
+    model.eval().save_pretrained(ckpt)
+    (ckpt / "config.json").write_text(json.dumps(cfg))  # as 4.x wrote it
+    assert any(type(m).__module__.startswith("timm.") for m in model.modules())
+    r = hf.export_pretrained(ckpt, "object-detection", tmp_path / "m.onnx", cache=False)
+    assert r.checks["max_abs_error"] < 1e-3
     assert hub.HF_HUB_OFFLINE == was  # restored
-    assert not (tmp_path / "m.onnx").exists()
