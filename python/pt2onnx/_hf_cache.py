@@ -31,6 +31,10 @@ import torch
 
 _PLAIN = ("DynamicLayer", "DynamicSlidingWindowLayer", "DummyLayer")
 
+# Parts of a layer that grow with the tokens seen, and the axis they grow along.
+_SEQ_AXIS = {"key": 2, "value": 2, "indexer_key": 1, "indexer_position_ids": 2}
+_INDEXER_PARTS = {"indexer_key": "indexer_keys", "indexer_position_ids": "indexer_position_ids"}
+
 
 def _is_plain(cache) -> bool:
     from transformers import cache_utils
@@ -57,6 +61,10 @@ def _layer_parts(layer) -> tuple[dict, dict]:
         desc["sliding_window"] = int(layer.sliding_window)
     if getattr(layer, "keys", None) is not None and getattr(layer, "values", None) is not None:
         parts["key"], parts["value"] = layer.keys, layer.values
+    # A sparse-attention indexer's keys (DynamicIndexedLayer: DeepSeek-V3.2, GLM-MoE-DSA).
+    for name, attr in _INDEXER_PARTS.items():
+        if getattr(layer, attr, None) is not None:
+            parts[name] = getattr(layer, attr)
     if _is_linear(layer):
         desc["number_of_states"] = layer.number_of_states
         for j in range(layer.number_of_states):
@@ -132,6 +140,11 @@ def _unflatten(values, context):
         layer = cls(**kwargs)
         if "key" in parts:
             _hold(layer, parts["key"], parts["value"])
+        if "indexer_key" in parts:
+            layer.lazy_initialization_indexer(parts["indexer_key"])
+            layer.indexer_keys = parts["indexer_key"]
+        if "indexer_position_ids" in parts:
+            layer.indexer_position_ids = parts["indexer_position_ids"]
         if "number_of_states" in desc:
             _set_states(layer, parts, desc["number_of_states"])
         layers.append(layer)
@@ -242,19 +255,21 @@ def has_states(cache) -> bool:
 
 
 def rebuild(cache, attention, state):
-    """A cache of the same layer kinds, each attention tensor (keys, values) mapped by
-    `attention`, each conv / recurrent state by `state`."""
-    if not has_states(cache):
+    """A cache of the same layer kinds, each tensor that grows with the tokens seen (keys,
+    values, an indexer's keys) mapped by `attention(tensor, sequence axis)`, each conv /
+    recurrent state by `state`."""
+    if _is_plain(cache):
         # Each layer's kind and window kept, the states as given (not cropped again).
         windows = [getattr(layer, "sliding_window", None) for layer in cache.layers]
         # As transformers flattens it: the layers holding states (those sharing another's,
         # Gemma 3n's last ones, hold none and are made empty again).
-        keys = [attention(layer.keys) for layer in cache.layers if layer.keys is not None]
-        values = [attention(layer.values) for layer in cache.layers if layer.values is not None]
+        keys = [attention(layer.keys, 2) for layer in cache.layers if layer.keys is not None]
+        values = [attention(layer.values, 2) for layer in cache.layers
+                  if layer.values is not None]
         return _unflatten_windowed([keys, values], [["key_cache", "value_cache"], windows])
     values, context = _flatten(cache)
-    mapped = [{k: (attention(v) if k in ("key", "value") else state(v)) for k, v in parts.items()}
-              for parts in values]
+    mapped = [{k: (attention(v, _SEQ_AXIS[k]) if k in _SEQ_AXIS else state(v))
+               for k, v in parts.items()} for parts in values]
     return _unflatten(mapped, context)
 
 
@@ -276,7 +291,13 @@ def dynamic_shapes(cache, batch="batch_size", past="past_sequence_length"):
     if _is_plain(cache):
         attention = [axes(layer) for layer in cache.layers if layer.keys is not None]
         return [attention, attention]
-    return [{k: (axes(layer) if k in ("key", "value") else {0: batch}) for k in parts}
+    def part_axes(layer, k):
+        if k not in _SEQ_AXIS:
+            return {0: batch}
+        a = axes(layer)
+        return {0 if k != "indexer_position_ids" else 1: batch, _SEQ_AXIS[k]: a[2]}
+
+    return [{k: part_axes(layer, k) for k in parts}
             for layer, parts in zip(cache.layers, _flatten(cache)[0])]
 
 

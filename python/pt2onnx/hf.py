@@ -154,12 +154,12 @@ def _past(model, batch: int, past: int):
         return torch.zeros(t.shape, dtype=t.dtype)
 
     if empty:
-        cache = _hf_cache.rebuild(cache, zeros, zeros)
+        cache = _hf_cache.rebuild(cache, lambda t, axis: zeros(t), zeros)
     if past == 0:
         # No token yet: attention layers hold none, state layers the state before the first
         # token (zeros: transformers' prefill pads the conv inputs with zeros and starts its
         # scan from zeros).
-        cache = _hf_cache.rebuild(cache, lambda t: t[:, :, :0], zeros)
+        cache = _hf_cache.rebuild(cache, lambda t, axis: t.narrow(axis, 0, 0), zeros)
     return cache
 
 

@@ -4,7 +4,10 @@ text-generation-with-past: the states are inputs past_key_values.<i>.conv_state 
 .recurrent_state (batch dynamic, the rest static) and outputs present.<i>..., and a greedy
 loop in onnxruntime (the prompt with zero states, then one token per step with the states fed
 back) gives transformers' generate's tokens. Before: "'MambaCausalLMOutput' object has no
-attribute 'past_key_values'" (Mamba names its cache cache_params)."""
+attribute 'past_key_values'" (Mamba names its cache cache_params). And a sparse-attention
+indexer's key cache (DynamicIndexedLayer: GLM-MoE-DSA, DeepSeek-V3.2) as
+past_key_values.<i>.indexer_key, beside the layer's keys and values (before: "Cannot call
+`update_indexer` on layer 0 which is a DynamicLayer")."""
 
 import numpy as np
 import pytest
@@ -40,6 +43,9 @@ CASES = [
     ("mamba2", {}, "ss"),
     ("jamba", dict(attn_layer_offset=1, attn_layer_period=2), "sa"),
     pytest.param("bamba", dict(attn_layer_indices=[1]), "sa", marks=pytest.mark.slow),
+    # A sparse-attention indexer's keys beside each layer's (DynamicIndexedLayer), its top-k
+    # shorter than the prompt.
+    ("glm_moe_dsa", dict(index_topk=4), "ii"),
 ]
 
 
@@ -57,7 +63,8 @@ def test_state_cache_greedy_generation_in_onnxruntime(model_type, overrides, kin
 
     m = onnx.load(onnx_path, load_external_data=False)
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
-    parts = {"s": ("conv_state", "recurrent_state"), "a": ("key", "value")}
+    parts = {"s": ("conv_state", "recurrent_state"), "a": ("key", "value"),
+             "i": ("key", "value", "indexer_key")}
     cache = [f"{i}.{p}" for i, k in enumerate(kinds) for p in parts[k]]
     with_pos = ["position_ids"] if hf.accepts(model, "position_ids") else []
     assert [i.name for i in m.graph.input] == ["input_ids", "attention_mask"] + with_pos + [
@@ -65,8 +72,11 @@ def test_state_cache_greedy_generation_in_onnxruntime(model_type, overrides, kin
     assert [o.name for o in m.graph.output] == ["logits"] + [f"present.{c}" for c in cache]
     dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
             for i in m.graph.input}
-    assert dims["past_key_values.0.conv_state"][0] == "batch_size"
-    assert all(isinstance(d, int) for d in dims["past_key_values.0.recurrent_state"][1:])
+    if kinds[0] == "s":
+        assert dims["past_key_values.0.conv_state"][0] == "batch_size"
+        assert all(isinstance(d, int) for d in dims["past_key_values.0.recurrent_state"][1:])
+    if kinds[0] == "i":
+        assert dims["past_key_values.0.indexer_key"][:2] == ["batch_size", "past_sequence_length"]
 
     torch.manual_seed(3)
     vocab = model.config.vocab_size
