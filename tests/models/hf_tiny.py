@@ -727,6 +727,17 @@ def _zamba(d):
     d["attn_layer_period"], d["attn_layer_offset"] = 2, 1  # 4.x derives the same list
 
 
+def _hybrid_attention(field, value):
+    # hybrids whose defaults put no attention layer among the first two (one every 8 layers,
+    # or none listed: transformers 5 cannot then size an attention mask, "get_seq_length can
+    # only be called on Attention layers"); checkpoints have them: one state, one attention
+    def fix(d):
+        d[field] = value if not callable(value) else value(d)
+        if field == "attn_layer_offset":
+            d["attn_layer_period"] = 2
+    return fix
+
+
 def _reformer(d):
     # axial position embeddings: dims sum to hidden_size, shape multiplies to positions
     d["axial_pos_embds_dim"] = [d["hidden_size"] // 4, d["hidden_size"] - d["hidden_size"] // 4]
@@ -780,7 +791,13 @@ _OVERRIDES: dict = {"ernie4_5_vl_moe": _ernie4_5_vl_moe, "beit": _beit_like,
                     "gpt_neo": _gpt_neo, "lfm2_moe": _lfm2_moe, "zamba": _zamba,
                     "reformer": _reformer, "dots3_note": _dots3_note,
                     "dots3_note_text": _dots3_note, "fun_asr_nano": _fun_asr_nano,
-                    "molmo2": _molmo2}
+                    "molmo2": _molmo2,
+                    "jamba": _hybrid_attention("attn_layer_offset", 1),
+                    "bamba": _hybrid_attention("attn_layer_indices", [1]),
+                    "granitemoehybrid": _hybrid_attention(
+                        "layer_types", ["linear_attention", "full_attention"]),
+                    "recurrent_gemma": _hybrid_attention("block_types",
+                                                         ["recurrent", "attention"])}
 
 
 def _config_class(model_type: str):
