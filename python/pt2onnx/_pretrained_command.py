@@ -152,5 +152,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def entry() -> None:
+    """The `pt2onnx-pretrained` console script: `main()` with Python's cyclic garbage collector
+    run less often (an export allocates millions of small objects, and a tiny checkpoint's
+    export spent ~0.8 s of ~8 s in collections), then the process ends without the
+    interpreter's teardown (~1 s freeing every module's objects one by one): stdout and stderr
+    are flushed, and every file the command writes is closed by then.
+    Measured in bench/pretrained_speed.md."""
+    import gc
+
+    gc.set_threshold(50_000, 20, 20)
+    rc = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
