@@ -148,7 +148,21 @@ def _past(model, batch: int, past: int):
     # Mamba's models name their cache cache_params.
     cache = getattr(out, "past_key_values", None)
     if cache is None:
-        cache = out.cache_params
+        cache = getattr(out, "cache_params", None)
+    if cache is None or not hasattr(cache, "layers") and not hasattr(
+            cache, "self_attention_cache"):
+        raise ValueError(
+            f"{type(model).__name__} returns no cache transformers' DynamicCache holds (its "
+            f"output: {', '.join(k for k in out.keys()) or 'nothing'}): it cannot be exported "
+            "as text-generation-with-past; export it as text-generation (every step from "
+            "the whole sequence)")
+    if type(cache).__name__ == "EncoderDecoderCache" and not any(
+            getattr(layer, "keys", None) is not None
+            for layer in cache.cross_attention_cache.layers):
+        # An encoder model run as a decoder (Megatron-BERT, RemBERT, RoCBERT): its cache is
+        # an encoder-decoder one whose cross-attention part is empty; it takes its
+        # self-attention part alone, as BERT's own decoders do.
+        cache = cache.self_attention_cache
 
     def zeros(t):
         return torch.zeros(t.shape, dtype=t.dtype)

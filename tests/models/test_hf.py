@@ -437,3 +437,27 @@ def test_checkpoint_naming_a_timm_backbone_exports_offline(tmp_path):
     r = hf.export_pretrained(ckpt, "object-detection", tmp_path / "m.onnx", cache=False)
     assert r.checks["max_abs_error"] < 1e-3
     assert hub.HF_HUB_OFFLINE == was  # restored
+
+
+def test_encoder_model_as_decoder_and_a_model_without_cache(tmp_path):
+    """Megatron-BERT run as a decoder returns an encoder-decoder cache whose cross-attention
+    part is empty (before: "'EncoderDecoderCache' object has no attribute 'layers'"): its
+    self-attention part is the file's cache, as BERT's decoders have it. GPT-1 returns no
+    cache at all: one error saying so and what to export instead, nothing written."""
+    import hf_tiny
+
+    ckpt = str(tmp_path / "megatron")
+    hf_tiny.tiny_checkpoint("megatron-bert", "text-generation", ckpt)
+    r = hf.export_pretrained(ckpt, "text-generation-with-past", tmp_path / "m.onnx", cache=False)
+    assert r.checks["max_abs_error"] < 1e-4
+    import onnx
+
+    names = [i.name for i in onnx.load(str(tmp_path / "m.onnx")).graph.input]
+    assert "past_key_values.0.key" in names and not any("encoder" in n for n in names)
+
+    gpt = str(tmp_path / "gpt")
+    hf_tiny.tiny_checkpoint("openai-gpt", "text-generation", gpt)
+    with pytest.raises(ValueError, match=r"OpenAIGPTLMHeadModel returns no cache .* export it "
+                                         r"as text-generation"):
+        hf.export_pretrained(gpt, "text-generation-with-past", tmp_path / "g.onnx", cache=False)
+    assert not (tmp_path / "g.onnx").exists()
