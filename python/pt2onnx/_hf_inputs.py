@@ -73,6 +73,14 @@ def vocab_size(config) -> int:
 def text_inputs(model, batch: int, seq: int, past: int = 0) -> dict[str, Any]:
     vocab = vocab_size(model.config)
     d: dict[str, Any] = {"input_ids": torch.randint(0, vocab, (batch, seq))}
+    eos = getattr(model.config, "eos_token_id", None)
+    if (getattr(model.config, "is_encoder_decoder", False) and type(eos) is int
+            and 0 <= eos < vocab and type(model).__name__.endswith("ForSequenceClassification")):
+        # BART-style classifiers read the hidden state at each row's one end-of-sequence token
+        # (transformers refuses rows without one), as a tokenizer ends every text.
+        ids = d["input_ids"]
+        ids[ids == eos] = (eos + 1) % vocab
+        ids[:, -1] = eos
     mask = torch.ones(batch, past + seq, dtype=torch.long)
     if batch > 1 and past + seq > 1:
         mask[0, 0] = 0  # a left-padded row: the mask is live data

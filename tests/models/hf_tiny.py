@@ -851,6 +851,12 @@ def tiny_checkpoint(model_type: str, task: str, folder: str) -> dict:
     except Exception as e:
         raise RuntimeError(f"{model_type}: tiny config: {type(e).__name__}: {e}") from e
     config = _config_for(cls, config)
+    text = config.get_text_config() if task == "text-classification" else None
+    if text is not None and getattr(text, "pad_token_id", 0) is None:
+        # A classifier fine-tuned on batches holds its padding token's id (transformers'
+        # decoder classifiers refuse a batch without one: "Cannot handle batch sizes > 1 if no
+        # padding token is defined"); base checkpoints of decoders often have none.
+        text.pad_token_id = 0
     torch.manual_seed(0)
     try:
         with warnings.catch_warnings():
