@@ -204,12 +204,9 @@ def verify_with_past(model, f, atol, rtol) -> dict[str, Any]:
     enc_path, dec_path = seq2seq_paths(f)
     inputs = _Seq2SeqInputs(model)
     encoder, decoder = inputs.parts()
-    import onnxruntime as ort
-
     torch.manual_seed(1)
     sizes = [(1, 5, 1, 0), (3, 11, 1, 6), (2, 6, 3, 2)]
-    sessions = [ort.InferenceSession(p, providers=["CPUExecutionProvider"])
-                for p in (enc_path, dec_path)]
+    sessions = [_verify_mod.session(p) for p in (enc_path, dec_path)]
     worst = 0.0
     for size in sizes:
         for sess, path, part, kw in zip(sessions, (enc_path, dec_path), (encoder, decoder),

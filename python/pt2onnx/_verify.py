@@ -241,16 +241,29 @@ def _differences(sess, feeds, got, out, atol, rtol, scaled=False) -> dict[str, A
     return run
 
 
+def session(path_or_bytes):
+    """The onnxruntime session a check runs the file in: CPU, the default graph optimizations,
+    weights not prepacked. Prepacking copies every MatMul weight into the kernels' blocked
+    layout when the session is made, for speed over many runs; a check runs a few: without it
+    a 1.1B-parameter decoder's session took 0.1 s where it took 4.9 s (bench/
+    pretrained_speed.md). The same kernels compute the same products."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.disable_prepacking", "1")
+    return ort.InferenceSession(path_or_bytes, options, providers=["CPUExecutionProvider"])
+
+
 def verify(path_or_bytes, model, args, kwargs, atol: float, rtol: float) -> list[dict[str, Any]]:
     """One entry per input set: input shapes, max abs difference per output.
     Raises VerificationError naming the outputs beyond tolerance."""
     try:
-        import onnxruntime as ort
+        import onnxruntime  # noqa: F401 - session() makes the session; a missing one said here
     except ImportError:
         raise VerificationError("verify=True needs onnxruntime (pip install onnxruntime)") from None
     if isinstance(model, torch.export.ExportedProgram):
         model = model.module()
-    sess = ort.InferenceSession(path_or_bytes, providers=["CPUExecutionProvider"])
+    sess = session(path_or_bytes)
     try:
         runs = [_compare(sess, model, args, kwargs, atol, rtol)]
     except _TorchRefused as e:

@@ -525,9 +525,7 @@ def _verify(path: str, inputs: _TaskInputs, sizes, atol: float, rtol: float) -> 
     """Max abs difference of every output, onnxruntime against PyTorch, over
     fresh inputs at `sizes` ((batch, seq, past) triples): export(verify=True)'s
     comparison; VerificationError on a mismatch."""
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    sess = _verify_mod.session(path)
     worst = 0.0
     for size in sizes:
         kw = inputs.make(*size)
