@@ -248,16 +248,22 @@ def report() -> None:
     for r in rows:
         if r["status"] != "pass":
             lines.append(f"- {r['task']} / `{r['model_type']}`: {r['status']}: "
-                         f"{r.get('error', '')[:300]}")
+                         f"{_code(r.get('error', '')[:300])}")
     if with_to:
         lines += ["", "## torch.onnx failures", ""]
         for r in rows:
             t = r.get("torch_onnx")
             if t is not None and t["status"] != "pass":
                 lines.append(f"- {r['task']} / `{r['model_type']}`: {t['status']}: "
-                             f"{t.get('error', '')[:300]}")
+                             f"{_code(t.get('error', '')[:300])}")
     with open(REPORT, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def _code(text: str) -> str:
+    """An error message as inline code: its brackets and parentheses (an FX node's
+    "](args = ...)") are not read as Markdown links."""
+    return f"`{text.replace('`', chr(39))}`" if text else ""
 
 
 def main() -> int:
