@@ -117,7 +117,8 @@ def _layer_class(qualified: str):
     module, _, name = qualified.rpartition(".")
     cls = getattr(cache_utils, name, None) if module == cache_utils.__name__ else None
     bases = tuple(b for b in (getattr(cache_utils, "CacheLayerMixin", None),
-                              getattr(cache_utils, "LinearAttentionCacheLayerMixin", None)) if b)
+                              getattr(cache_utils, "LinearAttentionCacheLayerMixin", None),
+                              getattr(cache_utils, "DummyLayer", None)) if b)
     if not isinstance(cls, type) or not issubclass(cls, bases):
         raise ValueError(f"a DynamicCache layer of class {qualified!r}: not one of "
                          "transformers.cache_utils' cache layers")

@@ -46,6 +46,8 @@ CASES = [
     # A sparse-attention indexer's keys beside each layer's (DynamicIndexedLayer), its top-k
     # shorter than the prompt.
     ("glm_moe_dsa", dict(index_topk=4), "ii"),
+    # Mamba, an MLP layer holding no cache (transformers' DummyLayer: no inputs), attention.
+    ("nemotron_h", {}, "s-a"),
 ]
 
 
@@ -64,7 +66,7 @@ def test_state_cache_greedy_generation_in_onnxruntime(model_type, overrides, kin
     m = onnx.load(onnx_path, load_external_data=False)
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
     parts = {"s": ("conv_state", "recurrent_state"), "a": ("key", "value"),
-             "i": ("key", "value", "indexer_key")}
+             "i": ("key", "value", "indexer_key"), "-": ()}
     cache = [f"{i}.{p}" for i, k in enumerate(kinds) for p in parts[k]]
     with_pos = ["position_ids"] if hf.accepts(model, "position_ids") else []
     assert [i.name for i in m.graph.input] == ["input_ids", "attention_mask"] + with_pos + [
