@@ -64,6 +64,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import size_sweep  # noqa: E402  (its /proc readers)
 RESULTS = os.path.join(HERE, "pretrained_speed.json")
 REPORT = os.path.join(HERE, "pretrained_speed.md")
 DATA = os.path.join(tempfile.gettempdir(), "pt2onnx-pretrained-speed")
@@ -206,16 +208,6 @@ def _tail(text: str, lines: int = 6) -> str:
     return "\n".join((text or "").strip().splitlines()[-lines:])
 
 
-def _mem_available() -> int:
-    with open("/proc/meminfo") as f:
-        return int(re.search(r"MemAvailable:\s*(\d+)", f.read()).group(1)) * 1024
-
-
-def _loadavg() -> float:
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
-
-
 def _parse_time_v(text: str) -> dict:
     def field(label, cast=float):
         m = re.search(rf"^\s*{re.escape(label)}: (.*)$", text, re.M)
@@ -229,7 +221,7 @@ def _parse_time_v(text: str) -> dict:
 def timed(cmd: list[str], timeout: float) -> dict:
     """`cmd` as one fresh process: wall seconds (perf_counter around it), peak RSS, CPU
     seconds, exit status, stdout + stderr."""
-    rec: dict = {"loadavg_before": _loadavg()}
+    rec: dict = {"loadavg_before": size_sweep.loadavg()}
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "time.txt")
         gnu = os.access(GNU_TIME, os.X_OK)
@@ -443,15 +435,15 @@ def measure_size(size: str, runs: int, tools: dict, a) -> dict:
     cks = _in_child(tools["optimum_python"], "build", size, a.data)
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     res = {"measured": {"date": started, "commit": commit(), "machine": machine(),
-                        "loadavg_at_start": _loadavg(), "busy_at_start": busy_processes(),
+                        "loadavg_at_start": size_sweep.loadavg(), "busy_at_start": busy_processes(),
                         "note": a.note, "runs": runs,
                         **versions(tools["optimum_python"], tools["pt2onnx_python"])},
            "checkpoints": []}
     work = os.path.join(a.data, "work")
     os.makedirs(work, exist_ok=True)
     need = max(ck["bytes"] for ck in cks) * 4  # optimum holds the model, its trace, the file
-    if _mem_available() < need:
-        print(f"[{size}] warning: {_mem_available() / 1e9:.1f} GB of memory available, the "
+    if size_sweep.mem_available() < need:
+        print(f"[{size}] warning: {size_sweep.mem_available() / 1e9:.1f} GB of memory available, the "
               f"exports may need about {need / 1e9:.1f} GB", flush=True)
     for ck in cks:
         print(f"[{size}] {ck['name']}: {ck['class']}, {ck['parameters'] / 1e6:.2f} M parameters,"
@@ -474,7 +466,7 @@ def measure_size(size: str, runs: int, tools: dict, a) -> dict:
         row["contenders"] = {c: {"summary": summarize(per[c]), "runs": per[c]}
                              for c in CONTENDERS}
         res["checkpoints"].append(row)
-    res["measured"]["loadavg_at_end"] = _loadavg()
+    res["measured"]["loadavg_at_end"] = size_sweep.loadavg()
     return res
 
 
@@ -802,7 +794,7 @@ def profile(tools: dict, a) -> dict:
                  "command": f"{py} -m pt2onnx._pretrained_command " + " ".join(args),
                  "date": datetime.datetime.now(datetime.timezone.utc)
                  .strftime("%Y-%m-%d %H:%M UTC"), "commit": commit(),
-                 "loadavg_at_start": _loadavg(), "busy_at_start": busy_processes(),
+                 "loadavg_at_start": size_sweep.loadavg(), "busy_at_start": busy_processes(),
                  "note": a.note}
     print("[profile] plain run ...", flush=True)
     plain = timed([py, "-m", "pt2onnx._pretrained_command", *args], a.timeout)
@@ -855,7 +847,7 @@ def profile(tools: dict, a) -> dict:
             subprocess.run([py, "-c", code], cwd=ROOT, env=_env(), capture_output=True)
             walls.append(time.perf_counter() - t0)
         res["floors_s"][label] = round(statistics.median(walls), 3)
-    res["loadavg_at_end"] = _loadavg()
+    res["loadavg_at_end"] = size_sweep.loadavg()
     shutil.rmtree(work, ignore_errors=True)
     return res
 

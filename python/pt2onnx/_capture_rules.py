@@ -597,11 +597,8 @@ def _transformers_patches():
 
 
 def _transformers_hooks(model):
-    """Rule 13's forward pre-hooks on `model`'s transformers models (handles)."""
-    import sys
-
-    if "transformers.cache_utils" not in sys.modules:
-        return []
+    """Rule 13's forward pre-hooks on `model`'s transformers models (handles); only with
+    rule 13's patches installed."""
     from ._hf_cache import sliding_window_hooks
 
     return sliding_window_hooks(model)
@@ -656,11 +653,12 @@ def capture_rules(model=None):
     experts = _eager_experts_configs(model)
     for cfg in experts:
         cfg._experts_implementation = "grouped_mm"
+    rule13 = _transformers_patches()
     patches = [(m, name, getattr(m, name), new)
-               for m, name, new in _torchvision_patches() + _transformers_patches()]
+               for m, name, new in _torchvision_patches() + rule13]
     for m, name, _, new in patches:
         setattr(m, name, new)
-    hooks = _transformers_hooks(model)
+    hooks = _transformers_hooks(model) if rule13 else []
     try:
         yield
     finally:

@@ -136,7 +136,7 @@ def _unflatten(values, context):
     for parts, desc in zip(values, context[1]):
         cls = _layer_class(desc["class"])
         kwargs = {k: desc[k] for k in ("sliding_window", "number_of_states") if k in desc}
-        if not all(type(v) is int and 0 < v < 1 << 31 for v in kwargs.values()):
+        if not all(map(_positive_int, kwargs.values())):
             raise ValueError(f"a DynamicCache layer's sizes are not positive ints: {kwargs}")
         layer = cls(**kwargs)
         if "key" in parts:
@@ -152,6 +152,12 @@ def _unflatten(values, context):
     return _cache_of(layers)
 
 
+def _positive_int(v) -> bool:
+    """A size read from a flattened cache's context (which a `.pt2` or cache entry carries:
+    untrusted) is a positive int an int32 holds."""
+    return type(v) is int and 0 < v < 1 << 31
+
+
 def _unflatten_windowed(values, context):
     """A cache of attention layers some of which have a window, as transformers' own
     unflatten makes it, except that a window layer holds the states given as they are
@@ -165,7 +171,7 @@ def _unflatten_windowed(values, context):
     parts = torch.utils._pytree._dict_unflatten(values, keys)
     layers = []
     for k, v, w in zip_longest(parts["key_cache"], parts["value_cache"], layout):
-        if w is not None and not (type(w) is int and 0 < w < 1 << 31):
+        if w is not None and not _positive_int(w):
             raise ValueError(f"a DynamicCache layer's sliding window is not a positive int: {w!r}")
         layer = DynamicSlidingWindowLayer(sliding_window=w) if w is not None else DynamicLayer()
         if k is not None and v is not None:
@@ -292,6 +298,7 @@ def dynamic_shapes(cache, batch="batch_size", past="past_sequence_length"):
     if _is_plain(cache):
         attention = [axes(layer) for layer in cache.layers if layer.keys is not None]
         return [attention, attention]
+
     def part_axes(layer, k):
         if k not in _SEQ_AXIS:
             return {0: batch}
@@ -500,12 +507,12 @@ def _count_seen_hook(module, args, kwargs):
 
 def sliding_window_hooks(model) -> list:
     """Rule 13's forward pre-hooks on the transformers models in `model` (removed by the
-    caller through the handles returned)."""
+    caller through the handles returned); for use beside `sliding_window_patches()`'s."""
     import sys
 
     modeling = sys.modules.get("transformers.modeling_utils")
     base = getattr(modeling, "PreTrainedModel", None)
-    if base is None or not isinstance(model, torch.nn.Module) or not sliding_window_patches():
+    if base is None or not isinstance(model, torch.nn.Module):
         return []
     return [m.register_forward_pre_hook(_count_seen_hook, with_kwargs=True)
             for m in model.modules() if isinstance(m, base)]

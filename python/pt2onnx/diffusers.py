@@ -354,9 +354,7 @@ def load_pipeline_models(path: str | os.PathLike) -> dict[str, torch.nn.Module]:
 # ---- export -----------------------------------------------------------------------
 
 def _verify(path: str, module, comp: _Component, model, atol: float, rtol: float) -> float:
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    sess = _verify_mod.session(path)
     worst = 0.0
     for size in comp.verify_sizes:
         try:
