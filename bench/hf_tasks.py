@@ -136,6 +136,11 @@ def _model_types(task: str) -> list[str]:
             # With a cache, the base model of the decoders only (as optimum exports it).
             "types &= (set(tr.AutoModelForCausalLM._model_mapping._model_mapping)"
             "          if t.name == 'feature-extraction-with-past' else types);"
+            # Trajectories: the configs with a state size (AutoModel maps every base model).
+            "from transformers.models.auto.configuration_auto import CONFIG_MAPPING as C;"
+            "import inspect;"
+            "types = {m for m in types if t.inputs != 'trajectory' or m in C and 'state_dim' in"
+            "         inspect.signature(C[m].__init__).parameters};"
             "print(json.dumps(sorted(types)))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True)

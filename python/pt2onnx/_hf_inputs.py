@@ -131,12 +131,42 @@ def series_inputs(model, batch: int) -> dict[str, Any]:
     return {"past_values": torch.randn(batch, cfg.context_length, cfg.num_input_channels)}
 
 
+def is_trajectory_config(config) -> bool:
+    """A config of a model that reads episodes (the Decision Transformer's state_dim, act_dim
+    and max_ep_len), not text or pixels."""
+    return all(type(getattr(config, n, None)) is int
+               for n in ("state_dim", "act_dim", "max_ep_len"))
+
+
+def trajectory_inputs(model, batch: int, seq: int) -> dict[str, Any]:
+    """An episode's last `seq` steps as the Decision Transformer reads them (optimum's names
+    and order):
+    states, actions and returns-to-go per step, the steps' timesteps (below max_ep_len) and
+    an attention mask (the first row left-padded, as episodes shorter than the context are)."""
+    cfg = model.config
+    dims = {n: getattr(cfg, n, None) for n in ("state_dim", "act_dim", "max_ep_len")}
+    if not all(type(v) is int and v > 0 for v in dims.values()):
+        raise ValueError(f"{type(cfg).__name__} is not a trajectory model's config (it states "
+                         "no state_dim, act_dim and max_ep_len): the reinforcement-learning "
+                         "task exports Decision Transformers")
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    if batch > 1 and seq > 1:
+        mask[0, 0] = 0
+    return {"states": torch.randn(batch, seq, dims["state_dim"]),
+            "actions": torch.randn(batch, seq, dims["act_dim"]),
+            "timesteps": torch.randint(0, dims["max_ep_len"], (batch, seq)),
+            "returns_to_go": torch.randn(batch, seq, 1),
+            "attention_mask": mask}
+
+
 def modality(task: Task, model) -> str:
     """The task's input modality for this model: a text-and-vision model (CLIP) exported as
     feature-extraction takes both, as optimum exports it; a vision or audio model exported as
     feature-extraction its own input; a speech encoder-decoder loaded for
     automatic-speech-recognition is a seq2seq model."""
     cfg = model.config
+    if task.name == "feature-extraction" and is_trajectory_config(cfg):
+        return "trajectory"  # optimum's feature-extraction of a Decision Transformer
     if task.name == "feature-extraction":
         if getattr(cfg, "text_config", None) is not None and accepts(model, "pixel_values") \
                 and accepts(model, "input_ids"):
@@ -175,6 +205,9 @@ def make_inputs(kind: str, model, batch: int, seq: int, folder: str | None = Non
         return d, axes
     if kind == "series":
         return series_inputs(model, batch), {"past_values": {0: "batch_size"}}
+    if kind == "trajectory":
+        d = trajectory_inputs(model, batch, seq)
+        return d, {k: text_axes for k in d}
     raise ValueError(f"unknown input modality {kind!r}")
 
 

@@ -25,7 +25,8 @@ class Task:
         type loads the model.
     inputs: the inputs' modality (python/pt2onnx/_hf_inputs.py): "text", "choices" (text of
         shape batch x choices x sequence), "vision", "audio", "text+vision", "series",
-        "decoder" (text with a KV cache), "seq2seq".
+        "decoder" (text with a KV cache), "seq2seq", "trajectory" (states, actions,
+        returns to go and timesteps of a reinforcement-learning episode).
     outputs: the file's outputs, optimum's names in optimum's order; () keeps the model's own
         (the generation tasks name their caches in C++).
     endings: architecture class-name endings (config.json's "architectures") that imply it.
@@ -104,6 +105,12 @@ TASK_TABLE: tuple[Task, ...] = (
        endings=("ForObjectDetection",)),
     _T("time-series-forecasting", ("AutoModelForTimeSeriesPrediction",), "series",
        ("prediction_outputs",), endings=("ForPrediction",)),
+    # optimum loads it with AutoModel too; only configs of trajectories (state_dim, act_dim:
+    # the Decision Transformer) have the inputs.
+    _T("reinforcement-learning", ("AutoModel",), "trajectory",
+       ("state_preds", "action_preds", "return_preds", "last_hidden_state"),
+       endings=("DecisionTransformerModel",),
+       summary="a Decision Transformer's predictions over a trajectory"),
 )
 # optimum's classes for pairs no auto class maps (TasksManager._CUSTOM_CLASSES).
 CUSTOM_CLASSES: dict[tuple[str, str], str] = {

@@ -302,6 +302,14 @@ def _model_class(task: Task, config):
     optimum's custom class of the pair)."""
     import transformers as tr
 
+    trajectory = _hf_inputs.is_trajectory_config(config)
+    if trajectory != (task.inputs == "trajectory") and task.name != "feature-extraction":
+        kind = getattr(config, "model_type", "?")
+        raise ValueError(
+            f"model type {kind!r} reads trajectories (states, actions): it can be exported as "
+            f"reinforcement-learning or feature-extraction, not as {task.name}" if trajectory
+            else f"model type {kind!r} does not read trajectories (states, actions): it cannot "
+            "be exported as reinforcement-learning (Decision Transformers can)")
     custom = _hf_tasks.CUSTOM_CLASSES.get((task.name, getattr(config, "model_type", "")))
     if custom is not None:
         return getattr(tr, custom)

@@ -78,6 +78,7 @@ _TASK_AUTO_CLASSES = {
     "multiple-choice": ("AutoModelForMultipleChoice",),
     "object-detection": ("AutoModelForObjectDetection",),
     "question-answering": ("AutoModelForQuestionAnswering",),
+    "reinforcement-learning": ("AutoModel",),
     "semantic-segmentation": ("AutoModelForSemanticSegmentation",),
     "text-to-audio": ("AutoModelForTextToSpectrogram", "AutoModelForTextToWaveform"),
     "text-generation": ("AutoModelForCausalLM",),
@@ -145,6 +146,9 @@ def model_types(task: str) -> list[str]:
     types_ = set()
     for auto_class in AUTO_CLASSES[task]:
         types_.update(_mapping(auto_class))
+    if task == "reinforcement-learning":  # AutoModel's types with trajectories (a state size)
+        types_ = {t for t in types_ if t in configuration_auto.CONFIG_MAPPING and "state_dim"
+                  in inspect.signature(configuration_auto.CONFIG_MAPPING[t].__init__).parameters}
     return sorted(types_)
 
 

@@ -43,6 +43,10 @@ QUICK = {
     # where the model holds them merged; weights "auto" loads it with from_pretrained.
     "text-generation-with-past": ("mixtral", None, None),
     "feature-extraction-with-past": ("qwen2", None, None),
+    # A Decision Transformer over an episode (AutoModel's class, as optimum loads it).
+    "reinforcement-learning": ("decision_transformer",
+                               ["states", "actions", "timesteps", "returns_to_go",
+                                "attention_mask"], None),
 }
 
 
@@ -99,6 +103,18 @@ def test_time_series_forecasting(tmp_path):
     assert [o.name for o in m.graph.output] == ["prediction_outputs"]
 
 
+def test_decision_transformer_inferred_and_listed(tmp_path):
+    """A Decision Transformer checkpoint (architectures: DecisionTransformerModel) is exported
+    as reinforcement-learning without --task, and lists only the tasks with its inputs."""
+    ckpt = str(tmp_path / "ckpt")
+    hf_tiny.tiny_checkpoint("decision_transformer", "reinforcement-learning", ckpt)
+    rc, out = _command(ckpt, "--list-tasks")
+    assert rc == 0 and out.split() == ["reinforcement-learning", "feature-extraction"], out
+    assert _hf_tasks.infer({"architectures": ["DecisionTransformerModel"]}).name == \
+        "reinforcement-learning"
+    assert _hf_tasks.infer({"architectures": ["BertModel"]}).name == "feature-extraction"
+
+
 def test_task_inferred_listed_and_synonyms(tmp_path):
     ckpt = str(tmp_path / "ckpt")
     hf_tiny.tiny_checkpoint("bert", "text-classification", ckpt)
@@ -132,6 +148,10 @@ def test_task_errors_name_the_cause(tmp_path, capsys):
     assert hf.main([ckpt, "--task", "question-answering", "-o", f, "--no-cache"]) == 1
     err = capsys.readouterr().err
     assert "AutoModelForQuestionAnswering" in err and "'vit'" in err
+    assert not os.path.exists(f)
+    # reinforcement-learning's AutoModel maps ViT, but ViT reads no trajectories.
+    assert hf.main([ckpt, "--task", "reinforcement-learning", "-o", f, "--no-cache"]) == 1
+    assert "'vit' does not read trajectories" in capsys.readouterr().err
     assert not os.path.exists(f)
     # No architectures to infer from.
     cfg = os.path.join(ckpt, "config.json")
