@@ -141,6 +141,10 @@ def _model_types(task: str) -> list[str]:
             "import inspect;"
             "types = {m for m in types if t.inputs != 'trajectory' or m in C and 'state_dim' in"
             "         inspect.signature(C[m].__init__).parameters};"
+            # Images to text: the encoder-decoders (AutoModelForImageTextToText maps
+            # vision-language decoders too, which optimum does not export as this task).
+            "types = {m for m in types if not t.name.startswith('image-to-text') or m in C and"
+            "         getattr(C[m](), 'is_encoder_decoder', False)};"
             "print(json.dumps(sorted(types)))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True)

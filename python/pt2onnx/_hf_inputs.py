@@ -29,8 +29,9 @@ def accepts(model: torch.nn.Module, name: str) -> bool:
 
 
 def _config_value(config, *names):
-    """The first of `names` set on the config or its vision / text sub-config."""
-    for cfg in (config, getattr(config, "vision_config", None)):
+    """The first of `names` set on the config or its vision / encoder sub-config (a vision
+    encoder-decoder's image size is its encoder's)."""
+    for cfg in (config, getattr(config, "vision_config", None), getattr(config, "encoder", None)):
         for n in names:
             v = getattr(cfg, n, None) if cfg is not None else None
             if v is not None:
@@ -124,6 +125,46 @@ def audio_inputs(model, batch: int, seq: int) -> tuple[dict[str, Any], dict[str,
         return {name: torch.randn(batch, 16 * (400 + 50 * seq))}, {name: seq_axes}
     raise ValueError(f"pt2onnx does not know the audio input {name!r} of "
                      f"{type(model).__name__} (config {type(cfg).__name__})")
+
+
+def patch_inputs(model, batch: int, seq: int) -> dict[str, Any]:
+    """Pix2Struct's input: `4 + 2 * seq` flattened patches (the count is dynamic: row and
+    column embeddings, not a fixed grid), each its row and column (from 1, as its image
+    processor numbers them) then its pixels; the mask marks the patches (the first row's last
+    one is padding, zeros, as the processor pads to max_patches)."""
+    vision = getattr(model.config, "vision_config", None)
+    width, rows = (getattr(vision, n, None) for n in ("patch_embed_hidden_size", "seq_len"))
+    if not (type(width) is int and type(rows) is int and width > 0 and rows > 1):
+        raise ValueError(f"{type(model.config).__name__}'s vision_config states no "
+                         "patch_embed_hidden_size and seq_len: pt2onnx cannot make its patches")
+    n = 4 + 2 * seq
+    index = torch.arange(n)
+    side = max(int(n ** 0.5), 1)
+    row = (index // side + 1).clamp(max=rows - 1).float().view(1, n, 1).expand(batch, n, 1)
+    col = (index % side + 1).clamp(max=rows - 1).float().view(1, n, 1).expand(batch, n, 1)
+    patches = torch.cat([row, col, torch.randn(batch, n, width)], dim=-1)
+    mask = torch.ones(batch, n, dtype=torch.long)
+    if batch > 1:
+        mask[0, -1] = 0
+        patches[0, -1] = 0
+    return {"flattened_patches": patches, "attention_mask": mask}
+
+
+def encoder_inputs(model, batch: int, seq: int, folder: str | None = None):
+    """An encoder-decoder's encoder inputs at (batch, seq), and their dynamic axes: text
+    (input_ids, attention_mask), speech (input_features / input_values), an image
+    (pixel_values: fixed size) or Pix2Struct's patches (flattened_patches, attention_mask)."""
+    main = getattr(model, "main_input_name", "input_ids")
+    seq_axes = {0: "batch_size", 1: "encoder_sequence_length"}
+    if main in ("input_features", "input_values"):
+        return audio_inputs(model, batch, seq)
+    if main == "pixel_values":
+        return image_inputs(model, batch, folder), {"pixel_values": {0: "batch_size"}}
+    if main == "flattened_patches":
+        d = patch_inputs(model, batch, seq)
+        return d, {k: seq_axes for k in d}
+    d = text_inputs(model, batch, seq)
+    return d, {k: seq_axes for k in d}
 
 
 def series_inputs(model, batch: int) -> dict[str, Any]:

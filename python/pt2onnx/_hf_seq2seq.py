@@ -13,7 +13,7 @@ import torch
 from . import _verify as _verify_mod
 from ._checkpoint_files import seq2seq_paths
 from ._export import export
-from ._hf_inputs import audio_inputs, text_inputs, vocab_size
+from ._hf_inputs import encoder_inputs, vocab_size
 
 
 class _Seq2SeqEncoder(torch.nn.Module):
@@ -38,8 +38,9 @@ class _Seq2SeqEncoder(torch.nn.Module):
         # One decoder step on any token fills the cross cache; the rest of
         # the step feeds no output and is removed from the file.
         start = torch.zeros(enc.shape[0], 1, dtype=torch.long, device=enc.device)
-        self.model(decoder_input_ids=start, attention_mask=mask, encoder_outputs=(enc,),
-                   past_key_values=cache, use_cache=True)
+        masked = {} if mask is None else {"attention_mask": mask}
+        self.model(decoder_input_ids=start, encoder_outputs=(enc,), past_key_values=cache,
+                   use_cache=True, **masked)
         return {"last_hidden_state": enc,
                 "past_key_values": EncoderDecoderCache(DynamicCache(),
                                                        cache.cross_attention_cache)}
@@ -54,6 +55,19 @@ class _TextEncoder(_Seq2SeqEncoder):
 class _SpeechEncoder(_Seq2SeqEncoder):
     def forward(self, input_features):
         return self._run({"input_features": input_features}, None)
+
+
+class _ImageEncoder(_Seq2SeqEncoder):
+    def forward(self, pixel_values):
+        return self._run({"pixel_values": pixel_values}, None)
+
+
+class _PatchEncoder(_Seq2SeqEncoder):
+    """Pix2Struct: the patches' mask is the decoder's cross-attention mask too."""
+
+    def forward(self, flattened_patches, attention_mask):
+        return self._run({"flattened_patches": flattened_patches,
+                          "attention_mask": attention_mask}, attention_mask)
 
 
 class _Seq2SeqDecoder(torch.nn.Module):
@@ -73,13 +87,24 @@ class _Seq2SeqDecoder(torch.nn.Module):
         from transformers import DynamicCache, EncoderDecoderCache
 
         cross = past_key_values.cross_attention_cache.layers[0].keys
-        d_model = getattr(self.model.config, "d_model", None) or self.model.config.hidden_size
-        enc = cross.new_zeros(cross.shape[0], cross.shape[2], d_model)
-        out = self.model(decoder_input_ids=decoder_input_ids, attention_mask=mask,
-                         encoder_outputs=(enc,), past_key_values=past_key_values, use_cache=True)
+        enc = cross.new_zeros(cross.shape[0], cross.shape[2], _encoder_width(self.model))
+        masked = {} if mask is None else {"attention_mask": mask}
+        out = self.model(decoder_input_ids=decoder_input_ids, encoder_outputs=(enc,),
+                         past_key_values=past_key_values, use_cache=True, **masked)
         return {"logits": out.logits,
                 "past_key_values": EncoderDecoderCache(out.past_key_values.self_attention_cache,
                                                        DynamicCache())}
+
+
+def _encoder_width(model) -> int:
+    """The width of the encoder's last_hidden_state (a vision encoder-decoder projects it to
+    the decoder's, so the stand-in must have the encoder's)."""
+    cfg = model.get_encoder().config
+    width = getattr(cfg, "d_model", None) or getattr(cfg, "hidden_size", None)
+    if type(width) is not int:
+        raise ValueError(f"{type(model.get_encoder()).__name__}'s config states no d_model or "
+                         "hidden_size: pt2onnx cannot size the decoder's encoder states")
+    return width
 
 
 class _TextDecoder(_Seq2SeqDecoder):
@@ -96,19 +121,21 @@ class _Seq2SeqInputs:
     """Example inputs of the encoder and decoder files at (batch, encoder
     length, decoder length, past), and their dynamic shapes."""
 
-    def __init__(self, model):
-        self.model = model
-        self.speech = getattr(model, "main_input_name", "input_ids") == "input_features"
+    def __init__(self, model, folder: str | None = None):
+        self.model, self.folder = model, folder
+        self.main = getattr(model, "main_input_name", "input_ids")
 
     def parts(self):
         m = self.model
-        if self.speech:
-            return _SpeechEncoder(m).eval(), _SpeechDecoder(m).eval()
-        return _TextEncoder(m).eval(), _TextDecoder(m).eval()
+        encoder, decoder = {"input_features": (_SpeechEncoder, _SpeechDecoder),
+                            "pixel_values": (_ImageEncoder, _SpeechDecoder),
+                            "flattened_patches": (_PatchEncoder, _TextDecoder),
+                            }.get(self.main, (_TextEncoder, _TextDecoder))
+        return encoder(m).eval(), decoder(m).eval()
 
     def make(self, batch: int, seq: int, dec: int, past: int):
         m = self.model
-        enc_in = (audio_inputs(m, batch, seq)[0] if self.speech else text_inputs(m, batch, seq))
+        enc_in = encoder_inputs(m, batch, seq, self.folder)[0]
         mask = enc_in.get("attention_mask")
         # The caches, made by the model itself (a run over past + 1 decoder
         # tokens), so any layer count, heads and head size fit; on fake
@@ -141,15 +168,14 @@ class _Seq2SeqInputs:
 
     def dynamic_shapes(self, enc_in, dec_in):
         # Speech: the frames' dims as _hf_inputs.audio_inputs makes them (Whisper's fixed,
-        # Speech2Text's and SeamlessM4T's dynamic).
-        audio = audio_inputs(self.model, 1, 1)[1] if self.speech else {}
-        enc_ds = {k: audio.get(k, {0: "batch_size", 1: "encoder_sequence_length"})
-                  for k in enc_in}
+        # Speech2Text's and SeamlessM4T's dynamic); an image's encoder length is fixed.
+        enc_ds = encoder_inputs(self.model, 1, 1, self.folder)[1]
         cache = dec_in["past_key_values"]
         n_self = len(cache.self_attention_cache.layers)
         n_cross = len(cache.cross_attention_cache.layers)
         s = {0: "batch_size", 2: "past_decoder_sequence_length"}
-        c = {0: "batch_size", 2: "encoder_sequence_length"}
+        c = {0: "batch_size"} if self.main == "pixel_values" else {
+            0: "batch_size", 2: "encoder_sequence_length"}
         dec_ds = {"decoder_input_ids": {0: "batch_size", 1: "decoder_sequence_length"}}
         if "encoder_attention_mask" in dec_in:
             dec_ds["encoder_attention_mask"] = {0: "batch_size", 1: "encoder_sequence_length"}
@@ -181,9 +207,9 @@ def prefixed_source(source, model):
     return src
 
 
-def export_with_past(model, source, f, export_kw, states):
+def export_with_past(model, source, f, export_kw, states, folder=None):
     enc_path, dec_path = seq2seq_paths(f)
-    inputs = _Seq2SeqInputs(model)
+    inputs = _Seq2SeqInputs(model, folder)
     torch.manual_seed(0)
     enc_in, dec_in = inputs.make(2, 8, 3, 4)
     enc_ds, dec_ds = inputs.dynamic_shapes(enc_in, dec_in)
@@ -200,9 +226,9 @@ def export_with_past(model, source, f, export_kw, states):
     return result
 
 
-def verify_with_past(model, f, atol, rtol) -> dict[str, Any]:
+def verify_with_past(model, f, atol, rtol, folder=None) -> dict[str, Any]:
     enc_path, dec_path = seq2seq_paths(f)
-    inputs = _Seq2SeqInputs(model)
+    inputs = _Seq2SeqInputs(model, folder)
     encoder, decoder = inputs.parts()
     torch.manual_seed(1)
     sizes = [(1, 5, 1, 0), (3, 11, 1, 6), (2, 6, 3, 2)]

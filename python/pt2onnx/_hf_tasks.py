@@ -71,6 +71,13 @@ TASK_TABLE: tuple[Task, ...] = (
     _T("text2text-generation-with-past", ("AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq"),
        "seq2seq",
        summary="encoder file + decoder-step file with a KV cache"),
+    # Vision encoder-decoders (VisionEncoderDecoder, Pix2Struct, ...): optimum's
+    # AutoModelForVision2Seq, which transformers 5 folds into AutoModelForImageTextToText.
+    _T("image-to-text", ("AutoModelForImageTextToText", "AutoModelForVision2Seq"), "seq2seq",
+       ("logits",), summary="a vision encoder-decoder's forward with decoder_input_ids, no cache"),
+    _T("image-to-text-with-past", ("AutoModelForImageTextToText", "AutoModelForVision2Seq"),
+       "seq2seq", endings=("VisionEncoderDecoderModel",),
+       summary="encoder file (the image) + decoder-step file with a KV cache"),
     _T("automatic-speech-recognition", ("AutoModelForCTC", "AutoModelForSpeechSeq2Seq"),
        "audio", ("logits",), endings=("ForCTC",),
        summary="CTC models one file (logits); Whisper-like models their forward, no cache"),
@@ -118,7 +125,8 @@ CUSTOM_CLASSES: dict[tuple[str, str], str] = {
     ("time-series-forecasting", "patchtsmixer"): "PatchTSMixerForPrediction",
 }
 # The tasks written as two files, an encoder and a decoder step (python/pt2onnx/_hf_seq2seq.py).
-PAIRED = frozenset({"text2text-generation-with-past", "automatic-speech-recognition-with-past"})
+PAIRED = frozenset({"text2text-generation-with-past", "automatic-speech-recognition-with-past",
+                    "image-to-text-with-past"})
 TASKS_BY_NAME: dict[str, Task] = {t.name: t for t in TASK_TABLE}
 TASKS: tuple[str, ...] = tuple(TASKS_BY_NAME)
 
@@ -166,7 +174,9 @@ def infer(config: dict) -> Task:
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
     if arch.endswith("ForConditionalGeneration") or arch.endswith("ForSpeechSeq2Seq"):
         speech = arch.startswith(("Whisper", "Speech2Text", "MoonShine", "Moonshine"))
+        image = arch.startswith(("Pix2Struct", "PPFormulaNet"))
         return TASKS_BY_NAME["automatic-speech-recognition-with-past" if speech
+                             else "image-to-text-with-past" if image
                              else "text2text-generation-with-past"]
     # The longest ending wins ("ForImageClassificationWithTeacher" over "Model").
     best = None

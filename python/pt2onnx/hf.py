@@ -214,8 +214,7 @@ class _TaskInputs:
     def make(self, batch: int, seq: int, past: int = 0) -> dict[str, Any]:
         m = self.model
         if self.kind == "seq2seq":
-            speech = getattr(m, "main_input_name", "input_ids") == "input_features"
-            d = (audio_inputs(m, batch, seq)[0] if speech else text_inputs(m, batch, seq))
+            d = _hf_inputs.encoder_inputs(m, batch, seq, self.folder)[0]
             d["decoder_input_ids"] = torch.randint(0, _hf_inputs.vocab_size(m.config),
                                                    (batch, max(seq // 2, 1)))
             return d
@@ -310,6 +309,10 @@ def _model_class(task: Task, config):
             f"reinforcement-learning or feature-extraction, not as {task.name}" if trajectory
             else f"model type {kind!r} does not read trajectories (states, actions): it cannot "
             "be exported as reinforcement-learning (Decision Transformers can)")
+    if task.name.startswith("image-to-text") and not getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"model type {getattr(config, 'model_type', '?')!r} is not an "
+                         f"encoder-decoder: {task.name} exports vision encoder-decoders "
+                         "(VisionEncoderDecoder, Pix2Struct), as optimum does")
     custom = _hf_tasks.CUSTOM_CLASSES.get((task.name, getattr(config, "model_type", "")))
     if custom is not None:
         return getattr(tr, custom)
@@ -727,7 +730,7 @@ def _export_pretrained_to(model, source, task: Task, f, export_kw, states, folde
     torch.manual_seed(0)
     try:
         if _pair(task, model):
-            return _hf_seq2seq.export_with_past(model, source, f, export_kw, states)
+            return _hf_seq2seq.export_with_past(model, source, f, export_kw, states, folder)
         example = inputs.make(2, 8, 4 if task.with_past else 0)
         states.append({})
         with _hf_cache.state_space_capture(model):
@@ -756,7 +759,8 @@ def verify_into(result: ExportResult, model, path, task, f, atol, rtol) -> None:
     if model is None:
         model = load_pretrained(path, task)
     if _pair(task, model):
-        result.checks.update(_hf_seq2seq.verify_with_past(model, f, atol, rtol))
+        result.checks.update(_hf_seq2seq.verify_with_past(model, f, atol, rtol,
+                                                             os.fspath(path)))
     else:
         inputs = _TaskInputs(model, task, os.fspath(path))
         torch.manual_seed(1)

@@ -146,9 +146,13 @@ def model_types(task: str) -> list[str]:
     types_ = set()
     for auto_class in AUTO_CLASSES[task]:
         types_.update(_mapping(auto_class))
+    configs = configuration_auto.CONFIG_MAPPING
     if task == "reinforcement-learning":  # AutoModel's types with trajectories (a state size)
-        types_ = {t for t in types_ if t in configuration_auto.CONFIG_MAPPING and "state_dim"
-                  in inspect.signature(configuration_auto.CONFIG_MAPPING[t].__init__).parameters}
+        types_ = {t for t in types_ if t in configs
+                  and "state_dim" in inspect.signature(configs[t].__init__).parameters}
+    if task == "image-to-text":  # the encoder-decoders, not the vision-language decoders
+        types_ = {t for t in types_ if t in configs
+                  and getattr(configs[t](), "is_encoder_decoder", False)}
     return sorted(types_)
 
 

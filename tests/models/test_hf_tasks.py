@@ -43,6 +43,9 @@ QUICK = {
     # where the model holds them merged; weights "auto" loads it with from_pretrained.
     "text-generation-with-past": ("mixtral", None, None),
     "feature-extraction-with-past": ("qwen2", None, None),
+    # A vision encoder-decoder's forward (the with-past pair: tests/models/test_seq2seq.py).
+    "image-to-text": ("pix2struct", ["flattened_patches", "attention_mask",
+                                     "decoder_input_ids"], None),
     # A Decision Transformer over an episode (AutoModel's class, as optimum loads it).
     "reinforcement-learning": ("decision_transformer",
                                ["states", "actions", "timesteps", "returns_to_go",
@@ -161,6 +164,20 @@ def test_task_errors_name_the_cause(tmp_path, capsys):
         fh.write(text)
     assert hf.main([ckpt, "-o", f, "--no-cache"]) == 1
     assert "pass --task" in capsys.readouterr().err
+
+
+def test_image_to_text_needs_an_encoder_decoder():
+    """AutoModelForImageTextToText also maps vision-language decoders (LLaVA): image-to-text
+    names the kind it exports rather than failing inside the capture."""
+    import transformers
+
+    task = _hf_tasks.resolve("image-to-text-with-past")
+    with pytest.raises(ValueError, match="'llava' is not an encoder-decoder"):
+        hf._model_class(task, transformers.LlavaConfig())
+    assert hf._model_class(task, transformers.Pix2StructConfig()).__name__ == \
+        "AutoModelForImageTextToText"
+    assert _hf_tasks.infer({"architectures": ["VisionEncoderDecoderModel"]}) is task
+    assert _hf_tasks.infer({"architectures": ["Pix2StructForConditionalGeneration"]}) is task
 
 
 @pytest.mark.parametrize("archs", [{"a": 1}, "BertModel", [5], ["x" * 100_000], None, []])

@@ -205,3 +205,48 @@ def test_seq2seq_with_past_command(tmp_path):
     assert [i.name for i in onnx.load(dec).graph.input][:2] == [
         "decoder_input_ids", "past_key_values.0.decoder.key"]
     assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize("model_type", ["vision-encoder-decoder", "pix2struct"])
+def test_image_to_text_greedy_generation_in_onnxruntime(model_type, tmp_path):
+    """image-to-text-with-past, inferred from the checkpoint's architectures (a
+    VisionEncoderDecoderModel; Pix2Struct...ForConditionalGeneration): the image encoder file
+    once, then the decoder steps, give generate's tokens. Pix2Struct's patches (a dynamic
+    count, the second image's last one padding) also feed the decoder's cross-attention
+    mask."""
+    import hf_tiny
+    from pt2onnx import _hf_inputs
+
+    ckpt = str(tmp_path / "ckpt")
+    hf_tiny.tiny_checkpoint(model_type, "image-to-text", ckpt)
+    torch.manual_seed(0)
+    model = hf.load_pretrained(ckpt, "image-to-text-with-past")
+    with torch.no_grad():  # wider than the init: the tokens then depend on the image
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    model.save_pretrained(ckpt)
+    f = str(tmp_path / "out" / "model.onnx")
+    assert hf.main([ckpt, "-o", f, "--no-cache", "-q"]) == 0
+    enc_path, dec_path = hf.seq2seq_paths(f)
+    enc_in = {i.name for i in onnx.load(enc_path, load_external_data=False).graph.input}
+    torch.manual_seed(3)
+    if model_type == "pix2struct":
+        assert enc_in == {"flattened_patches", "attention_mask"}
+        gen_in = _hf_inputs.patch_inputs(model, 2, 9)  # 22 patches; export's were 20
+    else:
+        assert enc_in == {"pixel_values"}
+        gen_in = _hf_inputs.image_inputs(model, 2)
+    start = next(v for v in (getattr(model.config, "decoder_start_token_id", None),
+                             getattr(model.generation_config, "decoder_start_token_id", None),
+                             getattr(model.config.get_text_config(decoder=True),
+                                     "bos_token_id", None), 1) if v is not None)
+    model.generation_config.eos_token_id = None  # exactly NEW_TOKENS, no early stop
+    with torch.no_grad():
+        ref = model.generate(**gen_in, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                             do_sample=False, num_beams=1, no_repeat_ngram_size=1,
+                             decoder_start_token_id=start)
+    ref_tokens = ref[:, -NEW_TOKENS:].numpy()
+    assert (ref_tokens[0] != ref_tokens[1]).any()  # the image matters
+    got = _ort_greedy(enc_path, dec_path, {k: v.numpy() for k, v in gen_in.items()}, start,
+                      NEW_TOKENS)
+    np.testing.assert_array_equal(got, ref_tokens)
