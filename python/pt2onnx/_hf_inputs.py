@@ -164,7 +164,11 @@ def encoder_inputs(model, batch: int, seq: int, folder: str | None = None):
         d = patch_inputs(model, batch, seq)
         return d, {k: seq_axes for k in d}
     d = text_inputs(model, batch, seq)
-    return d, {k: seq_axes for k in d}
+    axes = {k: seq_axes for k in d}
+    if accepts(model, "pixel_values"):  # a prompt and an image (Florence-2, T5Gemma 2)
+        d["pixel_values"] = image_inputs(model, batch, folder)["pixel_values"]
+        axes["pixel_values"] = {0: "batch_size"}
+    return d, axes
 
 
 def series_inputs(model, batch: int) -> dict[str, Any]:

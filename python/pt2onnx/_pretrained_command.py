@@ -40,7 +40,8 @@ def from_cache(cache_dir: str, path: str, task: str, f: str, options: dict, veri
         try:  # a hit whose file fails verification: removed, and exported anew without it
             with _program_cache.verifying_hit(r.checks["program_cache"]["entry"], r):
                 hf.verify_into(r, None, path, task, f,
-                               *hf.verify_tolerance(options["dtype"], atol, rtol))
+                               *hf.verify_tolerance(options["dtype"], atol, rtol),
+                               options.get("pad_token_id"))
         except _program_cache.HitFailed as e:
             warnings.warn(str(e), _program_cache.CacheWarning, stacklevel=2)
             return None
@@ -100,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="neither read nor write the program cache (an export of a config "
                         "exported before otherwise skips the capture, and imports no torch "
                         "with --no-verify)")
+    p.add_argument("--pad_token_id", "--pad-token-id", type=int, default=None, metavar="ID",
+                   help="the padding token's id, for a checkpoint whose config.json states none "
+                        "(a decoder's text classifier finds each row's last token by it); "
+                        "optimum-cli's option")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
     a = p.parse_args(argv)
     verify = not a.no_verify and not a.quantize
@@ -123,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
             r = from_cache(a.cache_dir or _program_cache.default_dir(), a.path, task,
                            a.output or os.path.join(a.path, "model.onnx"),
                            dict(opset=a.opset, target=a.target, dtype=a.dtype,
-                                external_data=external_data, quantize=a.quantize), verify)
+                                external_data=external_data, quantize=a.quantize,
+                                **({} if a.pad_token_id is None
+                                   else {"pad_token_id": a.pad_token_id})), verify)
         if r is None:
             from . import hf
 
@@ -132,9 +139,12 @@ def main(argv: list[str] | None = None) -> int:
                                      target=a.target, dtype=a.dtype, weights=a.weights,
                                      verbose=False if a.quiet else None,
                                      external_data=external_data, cache=not a.no_cache,
-                                     cache_dir=a.cache_dir)
+                                     cache_dir=a.cache_dir, pad_token_id=a.pad_token_id)
     except Exception as e:  # one clear line, no traceback, for the command
-        print(_cli.error_line("pt2onnx-pretrained", e), file=sys.stderr)
+        line = _cli.error_line("pt2onnx-pretrained", e)
+        if "no padding token is defined" in str(e):  # transformers' words for a classifier's
+            line += " (config.json states no pad_token_id: pass --pad_token_id ID)"
+        print(line, file=sys.stderr)
         return 1
     if "encoder" in r.checks:
         print(r.checks["encoder"])

@@ -362,7 +362,7 @@ class _OfflineHub:
         return False
 
 
-def _config(path: str | os.PathLike, task: Task):
+def _config(path: str | os.PathLike, task: Task, pad_token_id: int | None = None):
     path = os.fspath(path)
     # config.json read as a regular file of sane size, and checked against the weights before
     # transformers builds anything from it (python/pt2onnx/_checkpoint_config.py).
@@ -377,10 +377,27 @@ def _config(path: str | os.PathLike, task: Task):
     if hasattr(config, "use_cache"):
         # Set before the model is built: encoder-decoders copy it into their stacks.
         config.use_cache = task.with_past
+    if pad_token_id is not None:
+        _set_pad_token_id(config, pad_token_id)
     return config
 
 
-def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
+def _set_pad_token_id(config, pad_token_id: int) -> None:
+    """optimum-cli's --pad_token_id: the padding token of a config that states none (a
+    decoder's sequence classifier reads each row's last non-padding token), on the config
+    and its text sub-config."""
+    vocab = _hf_inputs.vocab_size(config)
+    if type(pad_token_id) is not int or not 0 <= pad_token_id < vocab:
+        raise ValueError(f"pad_token_id must be a token id of the vocabulary (0 to {vocab - 1}), "
+                         f"not {pad_token_id!r}")
+    config.pad_token_id = pad_token_id
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else None
+    if text is not None and text is not config:
+        text.pad_token_id = pad_token_id
+
+
+def load_pretrained(path: str | os.PathLike, task: str, *,
+                    pad_token_id: int | None = None) -> torch.nn.Module:
     """Load the model of a local checkpoint directory for a task.
 
     The model class follows the task (`AutoModelForCausalLM` for text generation,
@@ -404,7 +421,7 @@ def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
         MemoryError: Building the model ran out of memory (the message names the sizes).
     """
     task = task_of(path, task)
-    config = _config(path, task)
+    config = _config(path, task, pad_token_id)
     with _checkpoint_config.allocation_errors(path, config), offline():
         model = _model_class(task, config).from_pretrained(path, config=config,
                                                            local_files_only=True,
@@ -413,7 +430,7 @@ def load_pretrained(path: str | os.PathLike, task: str) -> torch.nn.Module:
     return model.eval()
 
 
-def empty_pretrained(path: str | os.PathLike, task: str):
+def empty_pretrained(path: str | os.PathLike, task: str, *, pad_token_id: int | None = None):
     """Build the model of a local checkpoint directory without loading its weights.
 
     The model is built from the checkpoint's config for `task` (as `load_pretrained`
@@ -440,7 +457,7 @@ def empty_pretrained(path: str | os.PathLike, task: str):
     from ._export import init_empty_weights
 
     task = task_of(path, task)
-    config = _config(path, task)
+    config = _config(path, task, pad_token_id)
     with init_empty_weights(), _checkpoint_config.allocation_errors(path, config), offline():
         cls = _model_class(task, config)
         model = (cls.from_config(config, dtype=torch.float32, trust_remote_code=False)
@@ -564,6 +581,7 @@ def export_pretrained(
     quantize: str | dict | None = None,
     cache: bool = True,
     cache_dir: str | os.PathLike | None = None,
+    pad_token_id: int | None = None,
 ) -> ExportResult:
     """Export a local transformers checkpoint to ONNX for a task, and verify it.
 
@@ -639,6 +657,10 @@ def export_pretrained(
             default ~/.cache). It must be the current user's alone (no group or other
             user may write it), or it is not used; what it trusts and checks:
             [trust](../guides/transformers.md#what-the-cache-trusts-and-what-it-checks).
+        pad_token_id: The padding token's id, set on the config before the model is built,
+            for a checkpoint whose config.json states none (a decoder's sequence classifier
+            finds each row's last token by it; transformers refuses batches of more than one
+            row without it); optimum-cli's `--pad_token_id`. None: config.json's.
 
     Returns:
         ExportResult: The export's result. With verify=True its `checks` has the
@@ -677,6 +699,9 @@ def export_pretrained(
     f = os.fspath(f) if f is not None else os.path.join(os.fspath(path), "model.onnx")
     options = dict(opset=opset, target=target, dtype=name, external_data=external_data,
                    quantize=quantize)
+    if pad_token_id is not None:  # in the cache key only when given: earlier keys hold
+        options["pad_token_id"] = pad_token_id
+    load = dict(pad_token_id=pad_token_id)
     use_cache = cache and weights in ("auto", "empty")
     cache_dir = _program_cache.default_dir() if cache_dir is None else os.fspath(cache_dir)
     task = task_of(path, task)
@@ -688,11 +713,12 @@ def export_pretrained(
     with _cli.output_folder(os.path.dirname(os.path.abspath(f))):
         states: list[dict[str, Any]] = []
         export_kw = dict(options, verbose=verbose)
+        export_kw.pop("pad_token_id", None)
         if weights == "memory":
-            model, source = load_pretrained(path, task), None
+            model, source = load_pretrained(path, task, **load), None
             result = _export_pretrained_to(model, None, task, f, export_kw, states, path)
         else:
-            model, source = empty_pretrained(path, task)
+            model, source = empty_pretrained(path, task, **load)
             try:
                 result = _export_pretrained_to(model, source, task, f, export_kw, states, path)
             except _WeightsNeedConversion:
@@ -701,13 +727,14 @@ def export_pretrained(
                 # weights="auto": the checkpoint's tensors need transformers' conversion
                 # (per-expert tensors merged, say), which the C++ core's file-to-file copy does
                 # not do: loaded with from_pretrained instead, and said in the result.
-                model, source, states = load_pretrained(path, task), None, []
+                model, source, states = load_pretrained(path, task, **load), None, []
                 result = _export_pretrained_to(model, None, task, f, export_kw, states, path)
                 result.checks["weights"] = ("memory: the checkpoint's tensors need "
                                             "transformers' conversion while loading")
                 use_cache = False
         if verify:  # PyTorch needs the weights to run: with weights="empty" loaded only now
-            verify_into(result, model if source is None else None, path, task, f, atol, rtol)
+            verify_into(result, model if source is None else None, path, task, f, atol, rtol,
+                        pad_token_id)
         if use_cache:
             entry = _store_programs(cache_dir, path, task.name, options, states)
             result.checks["program_cache"] = {"result": "miss", "entry": entry}
@@ -750,14 +777,15 @@ def _export_pretrained_to(model, source, task: Task, f, export_kw, states, folde
         raise ConversionError(hint) from None
 
 
-def verify_into(result: ExportResult, model, path, task, f, atol, rtol) -> None:
+def verify_into(result: ExportResult, model, path, task, f, atol, rtol,
+                pad_token_id: int | None = None) -> None:
     """export_pretrained's check of the file(s) written at `f` against PyTorch on fresh
     inputs of other sizes, into `result`: checks "max_abs_error" and "verified_sizes",
     timings "verify". `model` None: the checkpoint is loaded (with its weights) here."""
     t0 = time.perf_counter()
     task = task_of(path, task)
     if model is None:
-        model = load_pretrained(path, task)
+        model = load_pretrained(path, task, pad_token_id=pad_token_id)
     if _pair(task, model):
         result.checks.update(_hf_seq2seq.verify_with_past(model, f, atol, rtol,
                                                              os.fspath(path)))

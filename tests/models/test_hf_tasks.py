@@ -166,6 +166,30 @@ def test_task_errors_name_the_cause(tmp_path, capsys):
     assert "pass --task" in capsys.readouterr().err
 
 
+def test_pad_token_id_option(tmp_path, capsys):
+    """optimum-cli's --pad_token_id: GPT-2's classifier finds each row's last token by the
+    padding id, which its config.json often lacks (transformers then refuses a batch). The
+    id is part of the program cache's key, and a cache hit's check builds the model with it."""
+    import json
+
+    ckpt = str(tmp_path / "ckpt")
+    hf_tiny.tiny_checkpoint("gpt2", "text-classification", ckpt)
+    cfg = os.path.join(ckpt, "config.json")
+    with open(cfg) as fh:
+        d = json.load(fh)
+    d.pop("pad_token_id", None)
+    with open(cfg, "w") as fh:
+        json.dump(d, fh)
+    f = str(tmp_path / "out" / "model.onnx")
+    assert hf.main([ckpt, "-o", f, "-q"]) == 1
+    assert "pass --pad_token_id" in capsys.readouterr().err and not os.path.exists(f)
+    for expect in ("miss", "hit"):
+        rc, out = _command(ckpt, "-o", f, "-q", "--pad_token_id", "5")
+        assert rc == 0 and "verified in onnxruntime" in out and f"cache: {expect}" in out, out
+    assert hf.main([ckpt, "-o", f, "-q", "--pad_token_id", "-1"]) == 1
+    assert "pad_token_id must be a token id" in capsys.readouterr().err
+
+
 def test_image_to_text_needs_an_encoder_decoder():
     """AutoModelForImageTextToText also maps vision-language decoders (LLaVA): image-to-text
     names the kind it exports rather than failing inside the capture."""
