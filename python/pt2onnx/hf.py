@@ -298,9 +298,47 @@ def tasks_of_checkpoint(path: str | os.PathLike) -> list[str]:
 
 def _model_class(task: Task, config):
     """The first of the task's auto classes whose mapping holds the config's type (or
-    optimum's custom class of the pair)."""
+    optimum's custom class of the pair, or the class config.json's architectures names where
+    the task's auto class maps it for another config type)."""
     import transformers as tr
 
+    _check_task_fits(task, config)
+    custom = _hf_tasks.CUSTOM_CLASSES.get((task.name, getattr(config, "model_type", "")))
+    if custom is not None:
+        return getattr(tr, custom)
+    for name in task.auto:
+        auto = getattr(tr, name, None)
+        if auto is not None and type(config) in auto._model_mapping:
+            return auto
+    named = _architecture_class(task, config)
+    if named is not None:
+        return named
+    raise ValueError(f"transformers has no {' / '.join(task.auto)} class for model type "
+                     f"{getattr(config, 'model_type', '?')!r}: it cannot be exported as "
+                     f"{task.name} (pt2onnx-pretrained --list-tasks DIR says what it can)")
+
+
+def _architecture_class(task: Task, config):
+    """A sub-model saved alone (MusicGen's, Emu3's or Mllama's text decoder: config.json of the
+    sub-config's type, which no auto class maps) loads as the class its architectures names,
+    when that class is one the task's auto classes map and its config class is the config's.
+    Only names in transformers' auto mappings are looked up (config.json is untrusted)."""
+    import transformers as tr
+
+    archs = getattr(config, "architectures", None)
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    for name in task.auto if arch else ():
+        auto = getattr(tr, name, None)
+        names = getattr(getattr(auto, "_model_mapping", None), "_model_mapping", {})
+        mapped = {n for v in names.values() for n in ((v,) if isinstance(v, str) else v)}
+        cls = getattr(tr, arch, None) if arch in mapped else None
+        if cls is not None and getattr(cls, "config_class", None) is type(config):
+            return cls
+    return None
+
+
+def _check_task_fits(task: Task, config) -> None:
+    """Tasks whose auto class maps models that do not fit them: ValueError naming why."""
     trajectory = _hf_inputs.is_trajectory_config(config)
     if trajectory != (task.inputs == "trajectory") and task.name != "feature-extraction":
         kind = getattr(config, "model_type", "?")
@@ -313,16 +351,6 @@ def _model_class(task: Task, config):
         raise ValueError(f"model type {getattr(config, 'model_type', '?')!r} is not an "
                          f"encoder-decoder: {task.name} exports vision encoder-decoders "
                          "(VisionEncoderDecoder, Pix2Struct), as optimum does")
-    custom = _hf_tasks.CUSTOM_CLASSES.get((task.name, getattr(config, "model_type", "")))
-    if custom is not None:
-        return getattr(tr, custom)
-    for name in task.auto:
-        auto = getattr(tr, name, None)
-        if auto is not None and type(config) in auto._model_mapping:
-            return auto
-    raise ValueError(f"transformers has no {' / '.join(task.auto)} class for model type "
-                     f"{getattr(config, 'model_type', '?')!r}: it cannot be exported as "
-                     f"{task.name} (pt2onnx-pretrained --list-tasks DIR says what it can)")
 
 
 @contextlib.contextmanager

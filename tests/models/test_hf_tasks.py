@@ -190,6 +190,21 @@ def test_pad_token_id_option(tmp_path, capsys):
     assert "pad_token_id must be a token id" in capsys.readouterr().err
 
 
+def test_sub_model_saved_alone_loads_as_its_architecture():
+    """Emu3's text decoder saved alone: config.json's type (emu3_text_model) is no auto class's,
+    its architectures (Emu3ForCausalLM) is AutoModelForCausalLM's for another type; the class
+    is taken only when it is in the task's mapping and its config class is the config's."""
+    import transformers
+
+    task = _hf_tasks.resolve("text-generation-with-past")
+    config = transformers.Emu3TextConfig(architectures=["Emu3ForCausalLM"])
+    assert hf._model_class(task, config) is transformers.Emu3ForCausalLM
+    for archs in (["LlamaForCausalLM"], ["Emu3TextModel"], ["os.system"], [], None):
+        config.architectures = archs
+        with pytest.raises(ValueError, match="no AutoModelForCausalLM class"):
+            hf._model_class(task, config)
+
+
 def test_image_to_text_needs_an_encoder_decoder():
     """AutoModelForImageTextToText also maps vision-language decoders (LLaVA): image-to-text
     names the kind it exports rather than failing inside the capture."""
