@@ -22,6 +22,10 @@ from ._hf_tasks import Task
 # What transformers' image processors resize to when neither config.json nor
 # preprocessor_config.json says (ViTImageProcessor's and most others' default).
 DEFAULT_IMAGE_SIZE = 224
+# The widest per-position feature an example input is made with (a config's state_dim,
+# patch width, ...): config.json is the user's file, and the inputs are made before the
+# weights' shapes are compared with it.
+MAX_FEATURES = 1 << 20
 
 
 def accepts(model: torch.nn.Module, name: str) -> bool:
@@ -134,7 +138,8 @@ def patch_inputs(model, batch: int, seq: int) -> dict[str, Any]:
     one is padding, zeros, as the processor pads to max_patches)."""
     vision = getattr(model.config, "vision_config", None)
     width, rows = (getattr(vision, n, None) for n in ("patch_embed_hidden_size", "seq_len"))
-    if not (type(width) is int and type(rows) is int and width > 0 and rows > 1):
+    if not (type(width) is int and type(rows) is int and 0 < width <= MAX_FEATURES
+            and rows > 1):
         raise ValueError(f"{type(model.config).__name__}'s vision_config states no "
                          "patch_embed_hidden_size and seq_len: pt2onnx cannot make its patches")
     n = 4 + 2 * seq
@@ -190,10 +195,10 @@ def trajectory_inputs(model, batch: int, seq: int) -> dict[str, Any]:
     an attention mask (the first row left-padded, as episodes shorter than the context are)."""
     cfg = model.config
     dims = {n: getattr(cfg, n, None) for n in ("state_dim", "act_dim", "max_ep_len")}
-    if not all(type(v) is int and v > 0 for v in dims.values()):
+    if not all(type(v) is int and 0 < v <= MAX_FEATURES for v in dims.values()):
         raise ValueError(f"{type(cfg).__name__} is not a trajectory model's config (it states "
-                         "no state_dim, act_dim and max_ep_len): the reinforcement-learning "
-                         "task exports Decision Transformers")
+                         f"no state_dim, act_dim and max_ep_len of 1 to {MAX_FEATURES}: {dims}): "
+                         "the reinforcement-learning task exports Decision Transformers")
     mask = torch.ones(batch, seq, dtype=torch.long)
     if batch > 1 and seq > 1:
         mask[0, 0] = 0

@@ -116,6 +116,24 @@ def test_decision_transformer_inferred_and_listed(tmp_path):
     assert _hf_tasks.infer({"architectures": ["DecisionTransformerModel"]}).name == \
         "reinforcement-learning"
     assert _hf_tasks.infer({"architectures": ["BertModel"]}).name == "feature-extraction"
+    # A hostile state size: one error naming the field, no file (nothing the size of it made).
+    import json
+
+    cfg = os.path.join(ckpt, "config.json")
+    with open(cfg) as fh:
+        d = json.load(fh)
+    with open(cfg, "w") as fh:
+        json.dump(dict(d, state_dim=10**12), fh)
+    f = str(tmp_path / "out" / "model.onnx")
+    rc, _ = _command(ckpt, "-o", f, "--no-cache", "-q")
+    assert rc == 1 and not os.path.exists(f)
+    from types import SimpleNamespace
+
+    from pt2onnx import _hf_inputs
+
+    hostile = SimpleNamespace(config=SimpleNamespace(**dict(d, state_dim=10**12)))
+    with pytest.raises(ValueError, match="state_dim"):  # the inputs' own bound
+        _hf_inputs.trajectory_inputs(hostile, 2, 3)
 
 
 def test_task_inferred_listed_and_synonyms(tmp_path):
