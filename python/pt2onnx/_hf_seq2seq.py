@@ -13,7 +13,7 @@ import torch
 from . import _verify as _verify_mod
 from ._checkpoint_files import seq2seq_paths
 from ._export import export
-from ._hf_inputs import encoder_inputs, vocab_size
+from ._hf_inputs import accepts, encoder_inputs, vocab_size
 
 
 class _Seq2SeqEncoder(torch.nn.Module):
@@ -33,17 +33,28 @@ class _Seq2SeqEncoder(torch.nn.Module):
     def _run(self, inputs: dict[str, Any], mask):
         from transformers import DynamicCache, EncoderDecoderCache
 
-        enc = self.model.get_encoder()(**inputs).last_hidden_state
+        enc = _encode(self.model, inputs)
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         # One decoder step on any token fills the cross cache; the rest of
         # the step feeds no output and is removed from the file.
         start = torch.zeros(enc.shape[0], 1, dtype=torch.long, device=enc.device)
         masked = {} if mask is None else {"attention_mask": mask}
-        self.model(decoder_input_ids=start, encoder_outputs=(enc,), past_key_values=cache,
-                   use_cache=True, **masked)
+        self.model(decoder_input_ids=start, encoder_outputs=_encoder_outputs(enc),
+                   past_key_values=cache, use_cache=True, **masked)
         return {"last_hidden_state": enc,
                 "past_key_values": EncoderDecoderCache(DynamicCache(),
                                                        cache.cross_attention_cache)}
+
+
+def _encode(model, inputs: dict[str, Any]):
+    """The encoder's last hidden state, the encoder run alone as generate runs it (Switch
+    Transformers' whole forward with use_cache passes it to its encoder, which refuses it)."""
+    encoder = model.get_encoder()
+    if accepts(encoder, "use_cache"):
+        inputs = dict(inputs, use_cache=False)
+    out = encoder(**inputs)
+    # Some encoders (NLLB-MoE's, ProphetNet's, T5Gemma's) return a tuple.
+    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
 
 class _TextEncoder(_Seq2SeqEncoder):
@@ -89,17 +100,27 @@ class _Seq2SeqDecoder(torch.nn.Module):
         cross = past_key_values.cross_attention_cache.layers[0].keys
         enc = cross.new_zeros(cross.shape[0], cross.shape[2], _encoder_width(self.model))
         masked = {} if mask is None else {"attention_mask": mask}
-        out = self.model(decoder_input_ids=decoder_input_ids, encoder_outputs=(enc,),
-                         past_key_values=past_key_values, use_cache=True, **masked)
+        out = self.model(decoder_input_ids=decoder_input_ids,
+                         encoder_outputs=_encoder_outputs(enc), past_key_values=past_key_values,
+                         use_cache=True, **masked)
         return {"logits": out.logits,
                 "past_key_values": EncoderDecoderCache(out.past_key_values.self_attention_cache,
                                                        DynamicCache())}
 
 
+def _encoder_outputs(enc):
+    """The encoder's output as the model's forward takes it: a model output object (T5Gemma
+    reads `.last_hidden_state`, NLLB-MoE `.router_logits` too; the others take a tuple as
+    well), its fields but the last hidden state None."""
+    from transformers.modeling_outputs import MoEModelOutput
+
+    return MoEModelOutput(last_hidden_state=enc)
+
+
 def _encoder_width(model) -> int:
     """The width of the encoder's last_hidden_state (a vision encoder-decoder projects it to
     the decoder's, so the stand-in must have the encoder's)."""
-    cfg = model.get_encoder().config
+    cfg = getattr(model.get_encoder(), "config", None) or model.config  # FSMT's has none
     width = getattr(cfg, "d_model", None) or getattr(cfg, "hidden_size", None)
     if type(width) is not int:
         raise ValueError(f"{type(model.get_encoder()).__name__}'s config states no d_model or "
@@ -142,11 +163,14 @@ class _Seq2SeqInputs:
         # weights (weights="empty") zeros of the shapes a fake run gives.
         fake_mode = getattr(next(m.parameters()), "fake_mode", None)
         ids = torch.randint(0, vocab_size(m.config), (batch, past + 1))
-        run_in = dict(enc_in, decoder_input_ids=ids)
         with torch.no_grad(), fake_mode or contextlib.nullcontext():
+            run_in = enc_in if fake_mode is None else {
+                k: fake_mode.from_tensor(v) for k, v in enc_in.items()}
             if fake_mode is not None:
-                run_in = {k: fake_mode.from_tensor(v) for k, v in run_in.items()}
-            cache = m(**run_in, use_cache=True).past_key_values
+                ids = fake_mode.from_tensor(ids)
+            masked = {} if mask is None else {"attention_mask": run_in["attention_mask"]}
+            cache = m(decoder_input_ids=ids, encoder_outputs=_encoder_outputs(_encode(m, run_in)),
+                      use_cache=True, **masked).past_key_values
 
         def real(t):
             return torch.zeros(t.shape, dtype=t.dtype) if fake_mode is not None else t

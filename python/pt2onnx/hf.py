@@ -351,6 +351,12 @@ def _check_task_fits(task: Task, config) -> None:
         raise ValueError(f"model type {getattr(config, 'model_type', '?')!r} is not an "
                          f"encoder-decoder: {task.name} exports vision encoder-decoders "
                          "(VisionEncoderDecoder, Pix2Struct), as optimum does")
+    if task.name in _hf_tasks.PAIRED and not getattr(config, "is_encoder_decoder", False):
+        # transformers maps decoders that read audio through their own encoder (Qwen2-Audio,
+        # Voxtral, Granite Speech, ...) under the sequence-to-sequence auto classes too.
+        raise ValueError(f"model type {getattr(config, 'model_type', '?')!r} is a decoder, not "
+                         f"an encoder-decoder: {task.name} writes an encoder file and a "
+                         "decoder-step file with a cross-attention cache, which it has not")
 
 
 @contextlib.contextmanager
