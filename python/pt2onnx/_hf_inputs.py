@@ -104,13 +104,22 @@ def image_inputs(model, batch: int, folder: str | None = None) -> dict[str, Any]
     return {"pixel_values": torch.randn(batch, channels, h, w)}
 
 
+def main_input(model, default: str = "input_ids") -> str:
+    """The model's main input's name; a speech encoder-decoder's generic `inputs` is its
+    encoder's (SpeechEncoderDecoder over Wav2Vec2: input_values, which its forward takes too)."""
+    name = getattr(model, "main_input_name", default)
+    if name == "inputs" and hasattr(model, "get_encoder"):
+        name = getattr(model.get_encoder(), "main_input_name", default)
+    return name
+
+
 def audio_inputs(model, batch: int, seq: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The audio input a model's config implies, and its dynamic axes: Whisper-like encoders'
     log-mel frames (exactly 2 * max_source_positions), Speech2Text's filter-bank frames, AST's
     spectrogram patches (max_length x num_mel_bins), a raw waveform (wav2vec2, HuBERT, ...:
     long enough for the feature encoder's receptive field)."""
     cfg = model.config
-    name = getattr(model, "main_input_name", "input_values")
+    name = main_input(model, "input_values")
     mels, frames = getattr(cfg, "num_mel_bins", None), getattr(cfg, "max_source_positions", None)
     batch_axis, seq_axes = {0: "batch_size"}, {0: "batch_size", 1: "sequence_length"}
     if name == "input_features" and mels and frames:
@@ -159,7 +168,7 @@ def encoder_inputs(model, batch: int, seq: int, folder: str | None = None):
     """An encoder-decoder's encoder inputs at (batch, seq), and their dynamic axes: text
     (input_ids, attention_mask), speech (input_features / input_values), an image
     (pixel_values: fixed size) or Pix2Struct's patches (flattened_patches, attention_mask)."""
-    main = getattr(model, "main_input_name", "input_ids")
+    main = main_input(model)
     seq_axes = {0: "batch_size", 1: "encoder_sequence_length"}
     if main in ("input_features", "input_values"):
         return audio_inputs(model, batch, seq)
@@ -221,7 +230,7 @@ def modality(task: Task, model) -> str:
         if getattr(cfg, "text_config", None) is not None and accepts(model, "pixel_values") \
                 and accepts(model, "input_ids"):
             return "text+vision"
-        main = getattr(model, "main_input_name", "input_ids")
+        main = main_input(model)
         if main == "pixel_values":
             return "vision"
         if main in ("input_values", "input_features"):

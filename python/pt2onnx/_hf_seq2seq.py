@@ -13,7 +13,7 @@ import torch
 from . import _verify as _verify_mod
 from ._checkpoint_files import seq2seq_paths
 from ._export import export
-from ._hf_inputs import accepts, encoder_inputs, vocab_size
+from ._hf_inputs import accepts, encoder_inputs, main_input, vocab_size
 
 
 class _Seq2SeqEncoder(torch.nn.Module):
@@ -66,6 +66,11 @@ class _TextEncoder(_Seq2SeqEncoder):
 class _SpeechEncoder(_Seq2SeqEncoder):
     def forward(self, input_features):
         return self._run({"input_features": input_features}, None)
+
+
+class _WaveformEncoder(_Seq2SeqEncoder):
+    def forward(self, input_values):
+        return self._run({"input_values": input_values}, None)
 
 
 class _ImageEncoder(_Seq2SeqEncoder):
@@ -144,11 +149,12 @@ class _Seq2SeqInputs:
 
     def __init__(self, model, folder: str | None = None):
         self.model, self.folder = model, folder
-        self.main = getattr(model, "main_input_name", "input_ids")
+        self.main = main_input(model)
 
     def parts(self):
         m = self.model
         encoder, decoder = {"input_features": (_SpeechEncoder, _SpeechDecoder),
+                            "input_values": (_WaveformEncoder, _SpeechDecoder),
                             "pixel_values": (_ImageEncoder, _SpeechDecoder),
                             "flattened_patches": (_PatchEncoder, _TextDecoder),
                             }.get(self.main, (_TextEncoder, _TextDecoder))
