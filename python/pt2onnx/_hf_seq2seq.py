@@ -1,6 +1,7 @@
 """Encoder-decoders with a cache (text2text-generation-with-past,
-automatic-speech-recognition-with-past): an encoder file and a decoder-step file, their
-example inputs and dynamic axes, and their check against PyTorch (hf.py's flow calls these).
+automatic-speech-recognition-with-past, image-to-text-with-past): an encoder file and a
+decoder-step file, their example inputs and dynamic axes, and their check against PyTorch
+(hf.py's flow calls these).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class _PatchEncoder(_Seq2SeqEncoder):
 
 class _Seq2SeqDecoder(torch.nn.Module):
     """The decoder file, one step: decoder_input_ids, encoder_attention_mask
-    (text models) and the EncoderDecoderCache (past_key_values.<i>.decoder.*:
+    (text models, Pix2Struct) and the EncoderDecoderCache (past_key_values.<i>.decoder.*:
     the self-attention cache, empty on the first step; .encoder.*: the
     encoder file's cross cache) -> logits and present.<i>.decoder.key/value.
     The cross cache is read, never recomputed, and not returned (it does not
@@ -138,7 +139,9 @@ class _TextDecoder(_Seq2SeqDecoder):
         return self._run(decoder_input_ids, encoder_attention_mask, past_key_values)
 
 
-class _SpeechDecoder(_Seq2SeqDecoder):
+class _UnmaskedDecoder(_Seq2SeqDecoder):
+    """Encoders whose output has no padding to mask: speech frames, a waveform, an image."""
+
     def forward(self, decoder_input_ids, past_key_values):
         return self._run(decoder_input_ids, None, past_key_values)
 
@@ -153,9 +156,9 @@ class _Seq2SeqInputs:
 
     def parts(self):
         m = self.model
-        encoder, decoder = {"input_features": (_SpeechEncoder, _SpeechDecoder),
-                            "input_values": (_WaveformEncoder, _SpeechDecoder),
-                            "pixel_values": (_ImageEncoder, _SpeechDecoder),
+        encoder, decoder = {"input_features": (_SpeechEncoder, _UnmaskedDecoder),
+                            "input_values": (_WaveformEncoder, _UnmaskedDecoder),
+                            "pixel_values": (_ImageEncoder, _UnmaskedDecoder),
                             "flattened_patches": (_PatchEncoder, _TextDecoder),
                             }.get(self.main, (_TextEncoder, _TextDecoder))
         return encoder(m).eval(), decoder(m).eval()
