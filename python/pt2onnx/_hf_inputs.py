@@ -178,11 +178,7 @@ def encoder_inputs(model, batch: int, seq: int, folder: str | None = None):
         d = patch_inputs(model, batch, seq)
         return d, {k: seq_axes for k in d}
     d = text_inputs(model, batch, seq)
-    axes = {k: seq_axes for k in d}
-    if accepts(model, "pixel_values"):  # a prompt and an image (Florence-2, T5Gemma 2)
-        d["pixel_values"] = image_inputs(model, batch, folder)["pixel_values"]
-        axes["pixel_values"] = {0: "batch_size"}
-    return d, axes
+    return d, {k: seq_axes for k in d}
 
 
 def series_inputs(model, batch: int) -> dict[str, Any]:
@@ -224,6 +220,12 @@ def modality(task: Task, model) -> str:
     feature-extraction its own input; a speech encoder-decoder loaded for
     automatic-speech-recognition is a seq2seq model."""
     cfg = model.config
+    if task.name.startswith("image-to-text") and main_input(model) not in (
+            "pixel_values", "flattened_patches"):
+        raise ValueError(f"{type(model).__name__} reads a prompt ({main_input(model)}) with the "
+                         "image's placeholder tokens in it: pt2onnx's image-to-text exports "
+                         "encoders of the image alone (VisionEncoderDecoder, Pix2Struct, "
+                         "PP-FormulaNet)")
     if task.name == "feature-extraction" and is_trajectory_config(cfg):
         return "trajectory"  # optimum's feature-extraction of a Decision Transformer
     if task.name == "feature-extraction":

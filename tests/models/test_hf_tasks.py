@@ -237,6 +237,17 @@ def test_image_to_text_needs_an_encoder_decoder():
     assert _hf_tasks.infer({"architectures": ["Pix2StructForConditionalGeneration"]}) is task
 
 
+def test_image_to_text_refuses_prompts_with_image_tokens(tmp_path, capsys):
+    """Florence-2 is an encoder-decoder whose encoder reads a prompt with the image's
+    placeholder tokens: refused by name (not exported as a text model without its image)."""
+    ckpt = str(tmp_path / "ckpt")
+    hf_tiny.tiny_checkpoint("florence2", "image-to-text", ckpt)
+    f = str(tmp_path / "out" / "model.onnx")
+    for task in ("image-to-text", "image-to-text-with-past"):
+        assert hf.main([ckpt, "--task", task, "-o", f, "--no-cache", "-q"]) == 1
+        assert "placeholder tokens" in capsys.readouterr().err and not os.path.exists(f)
+
+
 @pytest.mark.parametrize("archs", [{"a": 1}, "BertModel", [5], ["x" * 100_000], None, []])
 def test_hostile_architectures_are_an_error_naming_the_field(archs):
     """config.json is the user's file: an architectures field of another type, or a huge
