@@ -444,6 +444,8 @@ def load_pretrained(path: str | os.PathLike, task: str, *,
     Args:
         path: The checkpoint directory (config.json and the weights).
         task: A task name as `export_pretrained` takes it (None: inferred).
+        pad_token_id: The padding token's id set on the config, as `export_pretrained`
+            takes it (None: config.json's).
 
     Returns:
         torch.nn.Module: The model, in eval mode, in float32.
@@ -477,6 +479,8 @@ def empty_pretrained(path: str | os.PathLike, task: str, *, pad_token_id: int | 
     Args:
         path: The checkpoint directory (config.json and safetensors files).
         task: A task name as `export_pretrained` takes it (None: inferred).
+        pad_token_id: The padding token's id set on the config, as `export_pretrained`
+            takes it (None: config.json's).
 
     Returns:
         tuple: `(model, weights)`: the model, in eval mode, in float32, and the weight
