@@ -48,6 +48,17 @@ def from_cache(cache_dir: str, path: str, task: str, f: str, options: dict, veri
     return r
 
 
+def export_options(opset, target, dtype: str, external_data, quantize, pad_token_id) -> dict:
+    """What an export of a checkpoint depends on besides the checkpoint (the program cache's
+    key; `export_pretrained` and the command build it alike). pad_token_id is in it only when
+    given, so the keys of entries made before the option existed still match."""
+    options = dict(opset=opset, target=target, dtype=dtype, external_data=external_data,
+                   quantize=quantize)
+    if pad_token_id is not None:
+        options["pad_token_id"] = pad_token_id
+    return options
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the `pt2onnx-pretrained` command (`export_pretrained` from the command line).
 
@@ -127,10 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         if not a.no_cache and a.weights != "memory":
             r = from_cache(a.cache_dir or _program_cache.default_dir(), a.path, task,
                            a.output or os.path.join(a.path, "model.onnx"),
-                           dict(opset=a.opset, target=a.target, dtype=a.dtype,
-                                external_data=external_data, quantize=a.quantize,
-                                **({} if a.pad_token_id is None
-                                   else {"pad_token_id": a.pad_token_id})), verify)
+                           export_options(a.opset, a.target, a.dtype, external_data,
+                                          a.quantize, a.pad_token_id), verify)
         if r is None:
             from . import hf
 
@@ -141,10 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                                      external_data=external_data, cache=not a.no_cache,
                                      cache_dir=a.cache_dir, pad_token_id=a.pad_token_id)
     except Exception as e:  # one clear line, no traceback, for the command
-        line = _cli.error_line("pt2onnx-pretrained", e)
-        if "no padding token is defined" in str(e):  # transformers' words for a classifier's
-            line += " (config.json states no pad_token_id: pass --pad_token_id ID)"
-        print(line, file=sys.stderr)
+        print(_cli.error_line("pt2onnx-pretrained", e), file=sys.stderr)
         return 1
     if "encoder" in r.checks:
         print(r.checks["encoder"])

@@ -735,10 +735,8 @@ def export_pretrained(
     if weights not in ("auto", "empty", "memory"):
         raise ValueError(f"weights must be 'auto', 'empty' or 'memory', not {weights!r}")
     f = os.fspath(f) if f is not None else os.path.join(os.fspath(path), "model.onnx")
-    options = dict(opset=opset, target=target, dtype=name, external_data=external_data,
-                   quantize=quantize)
-    if pad_token_id is not None:  # in the cache key only when given: earlier keys hold
-        options["pad_token_id"] = pad_token_id
+    options = _pretrained_command.export_options(opset, target, name, external_data, quantize,
+                                                 pad_token_id)
     load = dict(pad_token_id=pad_token_id)
     use_cache = cache and weights in ("auto", "empty")
     cache_dir = _program_cache.default_dir() if cache_dir is None else os.fspath(cache_dir)
@@ -748,7 +746,7 @@ def export_pretrained(
                                                 atol, rtol)
         if result is not None:
             return result
-    with _cli.output_folder(os.path.dirname(os.path.abspath(f))):
+    with _cli.output_folder(os.path.dirname(os.path.abspath(f))), _pad_token_hint():
         states: list[dict[str, Any]] = []
         export_kw = dict(options, verbose=verbose)
         export_kw.pop("pad_token_id", None)
@@ -777,6 +775,19 @@ def export_pretrained(
             entry = _store_programs(cache_dir, path, task.name, options, states)
             result.checks["program_cache"] = {"result": "miss", "entry": entry}
         return result
+
+
+@contextlib.contextmanager
+def _pad_token_hint():
+    """transformers' refusal of a decoder's classifier without a padding token, with the
+    option that gives one (the API's and the command's names)."""
+    try:
+        yield
+    except ValueError as e:
+        if "no padding token is defined" not in str(e):
+            raise
+        raise ValueError(f"{e} (config.json states no pad_token_id: pass --pad_token_id ID, "
+                         "export_pretrained(pad_token_id=ID))") from e
 
 
 class _WeightsNeedConversion(ConversionError):
